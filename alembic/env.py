@@ -1,0 +1,51 @@
+"""Alembic environment for opensquilla-session.
+
+Two ways in:
+
+* from code (``SessionStorage.connect()``, the ``db`` CLI commands): ``migrate.py`` opens a
+  connection, takes the migration lock, and passes the connection in
+  ``config.attributes["connection"]`` (Alembic's connection-sharing recipe);
+* from the ``alembic`` command line: the DSN comes from ``-x dsn=...`` or the
+  ``OPENSQUILLA_SESSION_DSN`` environment variable, and ``migrate.py`` does the same locking.
+"""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+from sqlalchemy.engine import Connection
+
+from alembic import context
+from opensquilla.session import migrate
+
+config = context.config
+
+if config.config_file_name is not None and config.attributes.get("connection") is None:
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def run_migrations(connection: Connection) -> None:
+    context.configure(connection=connection, **migrate.context_options(connection.dialect.name))
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_offline() -> None:
+    dsn = migrate.cli_dsn(context.get_x_argument(as_dictionary=True))
+    url = migrate.offline_url(dsn)
+    context.configure(
+        url=url,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+        **migrate.context_options(url.get_backend_name()),
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+elif (shared := config.attributes.get("connection")) is not None:
+    run_migrations(shared)
+else:
+    migrate.run_from_cli(context.get_x_argument(as_dictionary=True), run_migrations)

@@ -1,0 +1,425 @@
+"""baseline: the five session tables, adopting a legacy database in place
+
+Generated from the metadata (``alembic revision --autogenerate``) and reviewed by hand so
+that it also adopts databases written by the older raw-SQL store, which have some or all
+of these tables, no ``alembic_version``, and fewer columns:
+
+* a missing table is created whole;
+* a present table is widened in place with plain ``ALTER TABLE ... ADD COLUMN``, never
+  rebuilt (a move-and-copy would drop the legacy FTS and epoch triggers and reset
+  ``sqlite_sequence``). NOT NULL columns carry server defaults, so existing rows read back
+  with them;
+* missing indexes are created; tables that are not ours are never touched;
+* the epoch guard (a trigger refusing a lower ``sessions.epoch``) exists on both backends.
+
+The live schema is inspected here, so the revision is idempotent and safe on a
+half-adopted file.
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from alembic import op
+
+revision: str = "0001"
+down_revision: str | Sequence[str] | None = None
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+log = logging.getLogger("alembic.runtime.migration")
+
+JSON = sa.JSON(none_as_null=True).with_variant(
+    postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), "postgresql"
+)
+ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _int(name: str, default: int | None = None, *, big: bool = True) -> sa.Column[Any]:
+    kind: Any = sa.BigInteger() if big else sa.Integer()
+    if default is None:
+        return sa.Column(name, kind, nullable=True)
+    return sa.Column(name, kind, server_default=sa.text(str(default)), nullable=False)
+
+
+def _text(name: str, default: str | None = None, *, nullable: bool = True) -> sa.Column[Any]:
+    if default is not None:
+        return sa.Column(name, sa.Text(), server_default=sa.text(f"'{default}'"), nullable=False)
+    return sa.Column(name, sa.Text(), nullable=nullable)
+
+
+def _bool(name: str, default: bool) -> sa.Column[Any]:
+    return sa.Column(
+        name, sa.Boolean(), server_default=sa.true() if default else sa.false(), nullable=False
+    )
+
+
+def _real(name: str) -> sa.Column[Any]:
+    return sa.Column(name, sa.Float(), server_default=sa.text("0.0"), nullable=False)
+
+
+def _json(name: str) -> sa.Column[Any]:
+    return sa.Column(name, JSON, nullable=True)
+
+
+def _required_ms(name: str) -> sa.Column[Any]:
+    return sa.Column(name, sa.BigInteger(), nullable=False)
+
+
+def _id() -> sa.Column[Any]:
+    return sa.Column("id", ID, autoincrement=True, nullable=False)
+
+
+def _sessions() -> list[Any]:
+    return [
+        sa.Column("session_key", sa.Text(), nullable=False),
+        _text("session_id", nullable=False),
+        _required_ms("created_at"),
+        _required_ms("updated_at"),
+        _int("started_at"),
+        _int("ended_at"),
+        _int("runtime_ms"),
+        _text("last_channel"),
+        _text("last_to"),
+        _text("last_account_id"),
+        _text("last_thread_id"),
+        _json("delivery_context"),
+        _text("model"),
+        _text("model_provider"),
+        _text("provider_override"),
+        _text("model_override"),
+        _text("auth_profile_override"),
+        _text("auth_profile_override_source"),
+        _int("context_tokens"),
+        _text("model_routing_mode"),
+        _int("model_routing_revision", 0, big=False),
+        _int("input_tokens", 0),
+        _int("output_tokens", 0),
+        _int("total_tokens", 0),
+        _bool("total_tokens_fresh", False),
+        _real("estimated_cost_usd"),
+        _real("total_cost_usd"),
+        _real("billed_cost_usd"),
+        _real("estimated_cost_component_usd"),
+        _text("cost_source", "none"),
+        _int("missing_cost_entries", 0),
+        _int("cache_read", 0),
+        _int("cache_write", 0),
+        _int("compaction_count", 0, big=False),
+        _text("session_file"),
+        _text("spawned_by"),
+        _text("parent_session_key"),
+        _bool("forked_from_parent", False),
+        _int("spawn_depth", 0, big=False),
+        _text("status", "running"),
+        _text("chat_type", "unknown"),
+        _text("thinking_level"),
+        _bool("fast_mode", False),
+        _text("verbose_level"),
+        _text("reasoning_level"),
+        _text("send_policy", "allow"),
+        _text("queue_mode", "steer"),
+        _text("collaboration_mode", "default"),
+        _int("collaboration_revision", 0, big=False),
+        _text("active_plan_revision_id"),
+        _text("label"),
+        _text("display_name"),
+        _text("derived_title"),
+        _text("channel"),
+        _text("group_id"),
+        _text("subject"),
+        _json("origin"),
+        _text("workspace_id"),
+        _text("agent_id", "main"),
+        _int("schema_version", 1, big=False),
+        _int("epoch", 0),
+        sa.PrimaryKeyConstraint("session_key", name=op.f("pk_sessions")),
+    ]
+
+
+def _message_columns() -> list[Any]:
+    """The message payload shared by the live transcript and the compacted archive."""
+    return [
+        _text("message_id", nullable=False),
+        _text("role", nullable=False),
+        _text("content"),
+        _json("tool_calls"),
+        _text("tool_call_id"),
+        _text("reasoning_content"),
+        _json("turn_usage"),
+        _json("turn_context"),
+        _required_ms("created_at"),
+        _int("token_count"),
+        _text("provenance_kind"),
+        _text("provenance_origin_session_id"),
+        _text("provenance_source_session_key"),
+        _text("provenance_source_channel"),
+        _text("provenance_source_tool"),
+    ]
+
+
+def _transcript_entries() -> list[Any]:
+    return [
+        _id(),
+        _text("session_id", nullable=False),
+        _text("session_key", nullable=False),
+        *_message_columns(),
+        _int("schema_version", 1, big=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_transcript_entries")),
+    ]
+
+
+def _compacted_transcript_entries() -> list[Any]:
+    return [
+        _id(),
+        _text("session_id", nullable=False),
+        _text("session_key", nullable=False),
+        _text("compaction_id"),
+        _int("compaction_index", big=False),
+        _int("original_entry_id"),
+        *_message_columns(),
+        _required_ms("archived_at"),
+        _int("schema_version", 1, big=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_compacted_transcript_entries")),
+    ]
+
+
+def _session_summaries() -> list[Any]:
+    return [
+        _id(),
+        _text("session_id", nullable=False),
+        _text("session_key", nullable=False),
+        _int("compaction_index", 0, big=False),
+        _text("compaction_id"),
+        _text("trigger_reason"),
+        _text("summary_text", nullable=False),
+        _json("summary_payload"),
+        _text("summary_format", "text"),
+        _text("summary_source", "unknown"),
+        _text("coverage_status", "unknown"),
+        _json("missing_obligations"),
+        _json("critical_carry_forward"),
+        _int("tokens_before"),
+        _int("tokens_after"),
+        _int("removed_count", 0, big=False),
+        _int("kept_count", 0, big=False),
+        _int("chunk_count", 0, big=False),
+        _text("flush_receipt_status", "unknown"),
+        _int("covered_through_id", 0),
+        _required_ms("created_at"),
+        _int("schema_version", 1, big=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_session_summaries")),
+    ]
+
+
+def _session_context_states() -> list[Any]:
+    return [
+        _id(),
+        _text("session_id", nullable=False),
+        _text("session_key", nullable=False),
+        _text("provider", "portable"),
+        _text("model"),
+        _text("state_kind", nullable=False),
+        sa.Column("payload", JSON, server_default=sa.text("'{}'"), nullable=False),
+        _int("covered_through_id", 0),
+        _required_ms("created_at"),
+        _int("expires_at"),
+        _bool("portable", False),
+        _bool("cacheable", False),
+        _bool("valid", True),
+        _text("invalid_reason"),
+        _int("schema_version", 1, big=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_session_context_states")),
+    ]
+
+
+# table -> (columns, {index name: (columns, unique)}, create_table keyword arguments)
+IndexSpec = dict[str, tuple[list[str], bool]]
+TABLES: dict[str, tuple[Callable[[], list[Any]], IndexSpec, dict[str, Any]]] = {
+    "sessions": (
+        _sessions,
+        {
+            "idx_sessions_updated_at": (["updated_at"], False),
+            "idx_sessions_workspace_id": (["workspace_id"], False),
+        },
+        {},
+    ),
+    "transcript_entries": (
+        _transcript_entries,
+        {
+            "idx_transcript_session_id": (["session_id"], False),
+            "idx_transcript_session_key": (["session_key"], False),
+            "idx_transcript_session_cursor": (["session_id", "created_at", "id"], False),
+        },
+        {"sqlite_autoincrement": True},
+    ),
+    "compacted_transcript_entries": (
+        _compacted_transcript_entries,
+        {
+            "idx_compacted_transcript_session_id": (["session_id"], False),
+            "idx_compacted_transcript_session_key": (["session_key"], False),
+            "idx_compacted_transcript_session_cursor": (
+                ["session_id", "created_at", "original_entry_id", "id"],
+                False,
+            ),
+            "idx_compacted_transcript_session_compaction": (
+                ["session_id", "compaction_id"],
+                False,
+            ),
+        },
+        {"sqlite_autoincrement": True},
+    ),
+    "session_summaries": (
+        _session_summaries,
+        {
+            "idx_summaries_session_id": (["session_id"], False),
+            "uq_summaries_session_compaction_index": (["session_id", "compaction_index"], True),
+        },
+        {"sqlite_autoincrement": True},
+    ),
+    "session_context_states": (
+        _session_context_states,
+        {
+            "idx_context_states_session_id": (["session_id"], False),
+            "idx_context_states_key_valid": (
+                ["session_key", "valid", "state_kind", "provider"],
+                False,
+            ),
+        },
+        {"sqlite_autoincrement": True},
+    ),
+}
+
+# A NOT NULL column without a default cannot be added to an existing table as is; these
+# are the neutral values legacy rows get for such a column (SQLite needs one even when the
+# table is empty). On Postgres the default is dropped again afterwards.
+_BACKFILL_DEFAULTS = {sa.Text: "''", sa.BigInteger: "0", sa.Integer: "0"}
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    existing = set(sa.inspect(bind).get_table_names())
+    for name, (columns, indexes, options) in TABLES.items():
+        if name in existing:
+            _widen(bind, name, columns())
+        else:
+            op.create_table(name, *columns(), **options)
+        _ensure_indexes(bind, name, indexes)
+    _ensure_epoch_guard(bind)
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name == "postgresql":
+        op.execute("DROP TRIGGER IF EXISTS prevent_epoch_rollback ON sessions")
+        op.execute("DROP FUNCTION IF EXISTS opensquilla_prevent_epoch_rollback()")
+    else:
+        op.execute("DROP TRIGGER IF EXISTS prevent_epoch_rollback")
+    for name in reversed(TABLES):
+        op.drop_table(name)
+
+
+def _widen(bind: sa.engine.Connection, table: str, columns: list[Any]) -> None:
+    present = {column["name"] for column in sa.inspect(bind).get_columns(table)}
+    for column in columns:
+        if not isinstance(column, sa.Column) or column.name in present:
+            continue
+        if column.nullable or column.server_default is not None:
+            op.add_column(table, column)
+            continue
+        default = next(v for t, v in _BACKFILL_DEFAULTS.items() if isinstance(column.type, t))
+        column.server_default = sa.schema.DefaultClause(sa.text(default))
+        op.add_column(table, column)
+        if bind.dialect.name == "postgresql":
+            op.alter_column(table, column.name, server_default=None)
+        if table == "sessions" and column.name == "session_id":
+            _give_legacy_sessions_an_identity(bind)
+        log.info(
+            "adopted %s: added NOT NULL column %s (existing rows: %s)", table, column.name, default
+        )
+    if table == "sessions" and "epoch" in present:
+        # The older store allowed NULL epochs before it made the column NOT NULL.
+        sessions = sa.table("sessions", sa.column("epoch"))
+        op.execute(sessions.update().where(sessions.c.epoch.is_(None)).values(epoch=0))
+
+
+def _give_legacy_sessions_an_identity(bind: sa.engine.Connection) -> None:
+    sessions = sa.table("sessions", sa.column("session_key"), sa.column("session_id"))
+    keys = bind.execute(sa.select(sessions.c.session_key)).scalars().all()
+    for key in keys:
+        bind.execute(
+            sessions.update()
+            .where(sessions.c.session_key == key)
+            .values(session_id=str(uuid.uuid4()))
+        )
+
+
+def _ensure_indexes(
+    bind: sa.engine.Connection, table: str, indexes: dict[str, tuple[list[str], bool]]
+) -> None:
+    present = {index["name"] for index in sa.inspect(bind).get_indexes(table)}
+    for name, (columns, unique) in indexes.items():
+        if name in present:
+            continue
+        if unique and _has_duplicates(bind, table, columns):
+            log.warning(
+                "not creating unique index %s: %s already holds duplicate (%s) rows; "
+                "compaction indexes are still assigned inside the write transaction",
+                name,
+                table,
+                ", ".join(columns),
+            )
+            continue
+        op.create_index(name, table, columns, unique=unique)
+
+
+def _has_duplicates(bind: sa.engine.Connection, table: str, columns: list[str]) -> bool:
+    t = sa.table(table, *(sa.column(c) for c in columns))
+    keys = [t.c[c] for c in columns]
+    query = sa.select(*keys).group_by(*keys).having(sa.func.count() > 1).limit(1)
+    return bind.execute(query).first() is not None
+
+
+def _ensure_epoch_guard(bind: sa.engine.Connection) -> None:
+    """A trigger that refuses any UPDATE lowering ``sessions.epoch`` (SEMANTICS §6)."""
+    if bind.dialect.name == "postgresql":
+        op.execute(
+            """
+            CREATE OR REPLACE FUNCTION opensquilla_prevent_epoch_rollback() RETURNS trigger
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                RAISE EXCEPTION 'epoch can only increase'
+                    USING ERRCODE = 'integrity_constraint_violation';
+            END
+            $$
+            """
+        )
+        op.execute(
+            """
+            CREATE OR REPLACE TRIGGER prevent_epoch_rollback
+            BEFORE UPDATE OF epoch ON sessions
+            FOR EACH ROW WHEN (NEW.epoch < OLD.epoch)
+            EXECUTE FUNCTION opensquilla_prevent_epoch_rollback()
+            """
+        )
+    else:
+        op.execute(
+            """
+            CREATE TRIGGER IF NOT EXISTS prevent_epoch_rollback
+            BEFORE UPDATE OF epoch ON sessions
+            WHEN NEW.epoch < OLD.epoch
+            BEGIN
+                SELECT RAISE(ABORT, 'epoch can only increase');
+            END
+            """
+        )

@@ -1,0 +1,82 @@
+"""The test matrix: ``nox`` runs lint and the whole suite on SQLite and on PostgreSQL.
+
+    nox                       # lint, tests(sqlite), tests(postgres)
+    nox -s "tests(postgres)" -- -k branch
+    nox -s contract           # ../shared/spec/run_contract.py on both backends
+
+The Postgres server comes from OPENSQUILLA_TEST_POSTGRES_URL (default: the local server,
+postgresql://postgres@127.0.0.1:5432/postgres). If it does not answer, tests(postgres)
+fails: a missing backend is never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "tests(sqlite)", "tests(postgres)"]
+nox.options.error_on_missing_interpreters = True
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+SPEC_DIR = Path(__file__).resolve().parent.parent / "shared" / "spec"
+PYTEST_ASYNCIO_OPTS = "-o asyncio_default_fixture_loop_scope=function"
+
+
+def postgres_url() -> str:
+    return os.environ.get("OPENSQUILLA_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def require_postgres(session: nox.Session, url: str) -> None:
+    probe = (
+        "import asyncio, sys, asyncpg\n"
+        "async def main():\n"
+        "    conn = await asyncio.wait_for(asyncpg.connect(sys.argv[1]), 10)\n"
+        "    await conn.close()\n"
+        "asyncio.run(main())\n"
+    )
+    try:
+        session.run("python", "-c", probe, url.replace("+asyncpg", ""), silent=True)
+    except nox.command.CommandFailed:
+        session.error(f"PostgreSQL does not answer at {url}; start it (see README)")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("-e", ".[lint,test]")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session
+@nox.parametrize(
+    "backend", [nox.param("sqlite", id="sqlite"), nox.param("postgres", id="postgres")]
+)
+def tests(session: nox.Session, backend: str) -> None:
+    session.install("-e", ".[test]")
+    env = {"OPENSQUILLA_TEST_DATABASE_URL": ""}
+    if backend == "postgres":
+        url = postgres_url()
+        require_postgres(session, url)
+        env["OPENSQUILLA_TEST_DATABASE_URL"] = url
+    session.run("pytest", *session.posargs, env=env)
+
+
+@nox.session
+def contract(session: nox.Session) -> None:
+    """The contract (../shared/spec) against the installed package, on both backends."""
+    runner = SPEC_DIR / "run_contract.py"
+    if not runner.is_file():
+        session.skip(f"no contract runner at {runner}")
+    session.install("-e", ".[test]")
+    url = postgres_url()
+    require_postgres(session, url)
+    session.run(
+        "python",
+        str(runner),
+        "--pg-url",
+        url.replace("postgresql://", "postgresql+asyncpg://", 1),
+        env={"PYTEST_ADDOPTS": PYTEST_ASYNCIO_OPTS},
+    )

@@ -1,0 +1,39 @@
+"""opensquilla-session: the durable session store for AI-agent runtimes."""
+
+from __future__ import annotations
+
+from .errors import (
+    ConfigurationError,
+    InvalidInputError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStoreError,
+    StaleEpochError,
+)
+from .manager import SessionManager
+from .models import (
+    SessionContextState,
+    SessionIntent,
+    SessionNode,
+    SessionStatus,
+    SessionSummary,
+    TranscriptEntry,
+)
+from .storage import SessionStorage
+
+__all__ = [
+    "ConfigurationError",
+    "InvalidInputError",
+    "SessionContextState",
+    "SessionExistsError",
+    "SessionIntent",
+    "SessionManager",
+    "SessionNode",
+    "SessionNotFoundError",
+    "SessionStatus",
+    "SessionStorage",
+    "SessionStoreError",
+    "SessionSummary",
+    "StaleEpochError",
+    "TranscriptEntry",
+]

@@ -1,0 +1,96 @@
+"""Engine construction for both backends.
+
+SQLite: WAL for files, ``foreign_keys=ON``, a busy timeout, ``synchronous=FULL`` by
+default, and SQLAlchemy's BEGIN-hook recipe (the driver's own transaction handling is off),
+so transactions and savepoints are real on Python 3.11. A write transaction begins with
+``BEGIN IMMEDIATE``: it takes the write lock up front, so it never fails half-way with a
+busy snapshot. ``:memory:`` uses one shared connection (``StaticPool``).
+
+Postgres: asyncpg, ``pool_pre_ping``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from .dsn import StorageTarget
+from .sql import SQLITE_UUID_FUNCTION
+from .types import json_deserializer, json_serializer
+
+SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+# Execution option read by the BEGIN hook: "IMMEDIATE", "DEFERRED" or "NONE" (autocommit).
+BEGIN_OPTION = "opensquilla_begin"
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _uuid4() -> str:
+    return str(uuid.uuid4())
+
+
+def create_engine(
+    target: StorageTarget,
+    *,
+    sqlite_synchronous: SqliteSynchronous = "FULL",
+    pool_size: int | None = None,
+    echo: bool = False,
+) -> AsyncEngine:
+    common: dict[str, Any] = {
+        "echo": echo,
+        "json_serializer": json_serializer(target.backend),
+        "json_deserializer": json_deserializer(target.backend),
+    }
+    if target.backend == "postgresql":
+        options: dict[str, Any] = {"pool_pre_ping": True}
+        if pool_size is not None:
+            options["pool_size"] = pool_size
+        return create_async_engine(target.url, **common, **options)
+    return _sqlite_engine(target, sqlite_synchronous, pool_size, common)
+
+
+def _sqlite_engine(
+    target: StorageTarget,
+    synchronous: SqliteSynchronous,
+    pool_size: int | None,
+    common: dict[str, Any],
+) -> AsyncEngine:
+    connect_args = {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}
+    if target.memory:
+        engine = create_async_engine(
+            "sqlite+aiosqlite://", poolclass=StaticPool, connect_args=connect_args, **common
+        )
+    else:
+        extra: dict[str, Any] = {}
+        if pool_size is not None:
+            extra["pool_size"] = pool_size
+        engine = create_async_engine(target.url, connect_args=connect_args, **common, **extra)
+    file_backed = not target.memory
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to SQLAlchemy (the BEGIN hook below).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if file_backed:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute(f"PRAGMA synchronous = {synchronous}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+        dbapi_connection.create_function(SQLITE_UUID_FUNCTION, 0, _uuid4, deterministic=False)
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
+        if mode != "NONE":
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine

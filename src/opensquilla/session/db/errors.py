@@ -1,0 +1,84 @@
+"""The one seam where SQLAlchemy and driver exceptions become the package's errors.
+
+Only exceptions that came from the database or from binding a value are translated, always
+``raise ... from exc``. Anything else (an exception the caller raised, a failure a test
+injected, a cancellation) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from sqlalchemy import exc as sa_exc
+
+from ..errors import (
+    DatabaseError,
+    DatabaseUnavailableError,
+    IntegrityViolationError,
+    InvalidInputError,
+    SessionStoreError,
+)
+
+_PG_REFUSED_CHARACTER = {"22021", "22P05"}  # character_not_in_repertoire, untranslatable
+
+
+def _driver_message(exc: sa_exc.DBAPIError) -> str:
+    orig = exc.orig
+    text = str(orig) if orig is not None else str(exc)
+    return " ".join(text.split())[:500]
+
+
+def _sqlstate(exc: sa_exc.DBAPIError) -> str | None:
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if code is None:
+        cause = getattr(orig, "__cause__", None)
+        code = getattr(cause, "sqlstate", None)
+    return code if isinstance(code, str) else None
+
+
+def translate(exc: BaseException) -> SessionStoreError | None:
+    """The package error for ``exc``, or ``None`` when ``exc`` is not ours to translate."""
+    if isinstance(exc, SessionStoreError):
+        return None
+    if isinstance(exc, UnicodeEncodeError):
+        return InvalidInputError(
+            "text holds an unpaired surrogate code point, which cannot be stored as UTF-8; "
+            "nothing was written"
+        )
+    if isinstance(exc, sa_exc.DBAPIError):
+        message = _driver_message(exc)
+        if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError):
+            return DatabaseUnavailableError(f"database connection failed: {message}")
+        if isinstance(exc, sa_exc.IntegrityError):
+            return IntegrityViolationError(f"database refused the change: {message}")
+        if _sqlstate(exc) in _PG_REFUSED_CHARACTER:
+            return InvalidInputError(
+                "PostgreSQL refused a text value (a NUL character in an identifier or other "
+                f"field that is not stored losslessly); nothing was written: {message}"
+            )
+        return DatabaseError(f"database error: {message}")
+    if isinstance(exc, sa_exc.StatementError):
+        orig = exc.orig
+        if isinstance(orig, UnicodeEncodeError):
+            return translate(orig)
+        if isinstance(orig, RecursionError):
+            return InvalidInputError("a JSON value is nested too deeply to store")
+        if isinstance(orig, TypeError | ValueError | OverflowError):
+            return InvalidInputError(f"a value cannot be stored: {orig}; nothing was written")
+        return DatabaseError(f"statement failed: {orig}")
+    if isinstance(exc, sa_exc.SQLAlchemyError):
+        return DatabaseError(f"database layer error: {exc}")
+    return None
+
+
+@contextlib.asynccontextmanager
+async def translated_errors() -> AsyncIterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc

@@ -1,0 +1,303 @@
+"""Statements on ``transcript_entries`` and ``compacted_transcript_entries``.
+
+Transcript order is ``(created_at, id)`` everywhere. The canonical transcript is the
+compacted archive (each row presented with ``id := original_entry_id``) merged with the live
+rows in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    delete,
+    func,
+    literal,
+    select,
+    tuple_,
+    union_all,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ...models import CompactedTranscriptEntry, TranscriptEntry
+from ..rows import TRANSCRIPT_COLUMNS, to_models, values_of
+from ..sql import new_uuid
+from ..tables import compacted_transcript_entries as archive
+from ..tables import sessions
+from ..tables import transcript_entries as live
+from . import sessions as session_repo
+
+LIVE_ORDER = (live.c.created_at.asc(), live.c.id.asc())
+_INSERT_COLUMNS = [c for c in live.columns if c.name != "id"]
+
+
+def _bound_row(entry: TranscriptEntry) -> list[ColumnElement[Any]]:
+    """The entry's values as typed bind parameters, in table column order (without id)."""
+    data = entry.__dict__
+    return [literal(data[c.name], type_=c.type).label(c.name) for c in _INSERT_COLUMNS]
+
+
+async def insert(conn: AsyncConnection, entry: TranscriptEntry) -> int:
+    stmt = live.insert().values(values_of(entry, live)).returning(live.c.id)
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def insert_fenced(
+    conn: AsyncConnection, entry: TranscriptEntry, expected_epoch: int
+) -> int | None:
+    """Insert only while ``sessions`` holds this key at exactly this epoch (one statement).
+
+    On Postgres the session row is read ``FOR SHARE``: a reset holding it makes this wait,
+    then see the new epoch and insert nothing.
+    """
+    source = (
+        select(*_bound_row(entry))
+        .where(sessions.c.session_key == entry.session_key, sessions.c.epoch == expected_epoch)
+        .with_for_update(read=True, of=sessions)
+    )
+    stmt = live.insert().from_select([c.name for c in _INSERT_COLUMNS], source)
+    value = (await conn.execute(stmt.returning(live.c.id))).scalar_one_or_none()
+    return int(value) if value is not None else None
+
+
+async def append_and_touch(
+    conn: AsyncConnection,
+    entry: TranscriptEntry,
+    *,
+    expected_epoch: int,
+    now: int,
+    token_delta: int,
+) -> int | None:
+    """The manager's append: epoch fence, insert and session touch, atomically.
+
+    Postgres: one statement (the fenced UPDATE as a CTE feeding the INSERT), so it needs no
+    transaction round trips. SQLite: the fenced UPDATE, then the INSERT, inside the caller's
+    write transaction. ``None`` when the fence refused.
+    """
+    touch = session_repo.touch_statement(entry.session_key, expected_epoch, now, token_delta)
+    if conn.dialect.name == "postgresql":
+        fence = touch.returning(sessions.c.session_key).cte("fence")
+        source = select(*_bound_row(entry)).select_from(fence)
+        stmt = live.insert().from_select([c.name for c in _INSERT_COLUMNS], source)
+        value = (await conn.execute(stmt.returning(live.c.id))).scalar_one_or_none()
+        return int(value) if value is not None else None
+    if not (await conn.execute(touch)).rowcount:
+        return None
+    return await insert(conn, entry)
+
+
+async def list_live(
+    conn: AsyncConnection, session_id: str, *, limit: int | None = None, offset: int = 0
+) -> list[TranscriptEntry]:
+    query = select(live).where(live.c.session_id == session_id).order_by(*LIVE_ORDER)
+    return to_models(TranscriptEntry, await conn.execute(_page(query, limit, offset)))
+
+
+async def count_live(conn: AsyncConnection, session_id: str) -> int:
+    query = select(func.count()).select_from(live).where(live.c.session_id == session_id)
+    return int((await conn.execute(query)).scalar_one())
+
+
+def _archive_as_transcript(session_id: str) -> Select[Any]:
+    """Archive rows shaped like live rows, ``id`` being the id they had when live."""
+    columns: list[ColumnElement[Any]] = []
+    for name in TRANSCRIPT_COLUMNS:
+        if name == "id":
+            columns.append(func.coalesce(archive.c.original_entry_id, 0).label("id"))
+        else:
+            columns.append(archive.c[name])
+    return select(*columns).where(archive.c.session_id == session_id)
+
+
+def canonical_query(session_id: str) -> Any:
+    """The canonical transcript of ``session_id`` as a subquery (archive + live)."""
+    live_rows = select(*(live.c[name] for name in TRANSCRIPT_COLUMNS)).where(
+        live.c.session_id == session_id
+    )
+    return union_all(_archive_as_transcript(session_id), live_rows).subquery("canonical")
+
+
+async def list_canonical(
+    conn: AsyncConnection, session_id: str, *, limit: int | None = None, offset: int = 0
+) -> list[TranscriptEntry]:
+    merged = canonical_query(session_id)
+    query = select(merged).order_by(merged.c.created_at.asc(), merged.c.id.asc())
+    return to_models(TranscriptEntry, await conn.execute(_page(query, limit, offset)))
+
+
+async def find_canonical_position(
+    conn: AsyncConnection, session_id: str, message_id: str
+) -> tuple[int, int] | None:
+    """``(created_at, id)`` of the first canonical row carrying ``message_id``."""
+    merged = canonical_query(session_id)
+    query = (
+        select(merged.c.created_at, merged.c.id)
+        .where(merged.c.message_id == message_id)
+        .order_by(merged.c.created_at.asc(), merged.c.id.asc())
+        .limit(1)
+    )
+    row = (await conn.execute(query)).first()
+    return (int(row.created_at), int(row.id)) if row is not None else None
+
+
+async def token_sum_before(
+    conn: AsyncConnection, session_id: str, position: tuple[int, int] | None
+) -> int:
+    """Sum of ``token_count`` over canonical rows before ``position`` (live rows if None)."""
+    if position is None:
+        query = select(func.coalesce(func.sum(live.c.token_count), 0)).where(
+            live.c.session_id == session_id
+        )
+    else:
+        merged = canonical_query(session_id)
+        query = select(func.coalesce(func.sum(merged.c.token_count), 0)).where(
+            tuple_(merged.c.created_at, merged.c.id) < tuple_(*position)
+        )
+    return int((await conn.execute(query)).scalar_one())
+
+
+async def copy_to_session(
+    conn: AsyncConnection,
+    *,
+    source_session_id: str,
+    target_session_id: str,
+    target_session_key: str,
+    before: tuple[int, int] | None,
+) -> int:
+    """Copy transcript rows into another session's live transcript with one statement.
+
+    ``before=None`` copies the source's live rows; otherwise the canonical rows (archive
+    included) strictly before that position. Copies get new ids (in order) and fresh
+    message ids; every other column is kept.
+    """
+    if before is None:
+        rows = (
+            select(*(live.c[name] for name in TRANSCRIPT_COLUMNS))
+            .where(live.c.session_id == source_session_id)
+            .subquery("source")
+        )
+    else:
+        merged = canonical_query(source_session_id)
+        rows = (
+            select(merged)
+            .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
+            .subquery("source")
+        )
+    values: list[Any] = []
+    for column in _INSERT_COLUMNS:
+        if column.name == "session_id":
+            values.append(literal(target_session_id, type_=column.type))
+        elif column.name == "session_key":
+            values.append(literal(target_session_key, type_=column.type))
+        elif column.name == "message_id":
+            values.append(new_uuid(conn.dialect))
+        else:
+            values.append(rows.c[column.name])
+    source = select(*values).order_by(rows.c.created_at.asc(), rows.c.id.asc())
+    stmt = live.insert().from_select([c.name for c in _INSERT_COLUMNS], source)
+    return int((await conn.execute(stmt)).rowcount)
+
+
+async def copy_archive_to_session(
+    conn: AsyncConnection,
+    *,
+    source_session_id: str,
+    target_session_id: str,
+    target_session_key: str,
+) -> int:
+    """Copy the whole compacted archive; every column but the owner and row id is kept."""
+    names = [c.name for c in archive.columns if c.name != "id"]
+    values: list[Any] = []
+    for name in names:
+        if name == "session_id":
+            values.append(literal(target_session_id, type_=archive.c.session_id.type))
+        elif name == "session_key":
+            values.append(literal(target_session_key, type_=archive.c.session_key.type))
+        else:
+            values.append(archive.c[name])
+    source = (
+        select(*values)
+        .where(archive.c.session_id == source_session_id)
+        .order_by(archive.c.id.asc())
+    )
+    stmt = archive.insert().from_select(names, source)
+    return int((await conn.execute(stmt)).rowcount)
+
+
+async def list_archive(
+    conn: AsyncConnection, session_id: str, *, compaction_id: str | None = None
+) -> list[CompactedTranscriptEntry]:
+    query = select(archive).where(archive.c.session_id == session_id)
+    if compaction_id is not None:
+        query = query.where(archive.c.compaction_id == compaction_id)
+    query = query.order_by(
+        archive.c.created_at.asc(), archive.c.original_entry_id.asc(), archive.c.id.asc()
+    )
+    return to_models(CompactedTranscriptEntry, await conn.execute(query))
+
+
+async def insert_archive_rows(
+    conn: AsyncConnection, rows: Sequence[CompactedTranscriptEntry]
+) -> None:
+    if rows:
+        await conn.execute(archive.insert(), [values_of(row, archive) for row in rows])
+
+
+async def delete_live(conn: AsyncConnection, session_id: str) -> None:
+    await conn.execute(delete(live).where(live.c.session_id == session_id))
+
+
+async def delete_all_archive(conn: AsyncConnection, session_id: str) -> None:
+    await conn.execute(delete(archive).where(archive.c.session_id == session_id))
+
+
+async def delete_all(conn: AsyncConnection, session_id: str) -> None:
+    """Live rows and the compacted archive of one generation."""
+    await delete_live(conn, session_id)
+    await delete_all_archive(conn, session_id)
+
+
+async def delete_live_except_last(conn: AsyncConnection, session_id: str, keep: int) -> int:
+    """Delete the live rows of ``session_id`` but the newest ``keep`` (ids stay stable)."""
+    newest = (
+        select(live.c.id)
+        .where(live.c.session_id == session_id)
+        .order_by(live.c.created_at.desc(), live.c.id.desc())
+        .limit(keep)
+    ).scalar_subquery()
+    stmt = delete(live).where(live.c.session_id == session_id)
+    if keep > 0:
+        stmt = stmt.where(live.c.id.not_in(newest))
+    return int((await conn.execute(stmt)).rowcount)
+
+
+def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
+    if offset:
+        query = query.offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
+    return query
+
+
+__all__ = [
+    "append_and_touch",
+    "canonical_query",
+    "copy_archive_to_session",
+    "copy_to_session",
+    "count_live",
+    "delete_all",
+    "delete_all_archive",
+    "delete_live",
+    "delete_live_except_last",
+    "find_canonical_position",
+    "insert",
+    "insert_archive_rows",
+    "insert_fenced",
+    "list_archive",
+    "list_canonical",
+    "list_live",
+    "token_sum_before",
+]

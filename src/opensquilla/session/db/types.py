@@ -1,0 +1,138 @@
+"""Portable column types and the lossless text codec.
+
+Rules (DESIGN §4):
+
+* timestamps are integer milliseconds (``BigInteger``); ids auto-increment on both
+  backends (``INTEGER PRIMARY KEY AUTOINCREMENT`` on SQLite, ``BIGSERIAL`` on Postgres);
+* JSON is ``JSON`` with a ``JSONB`` variant on Postgres, SQL ``NULL`` for ``None``;
+* free text is ``Text`` and round-trips exactly. SQLite stores any valid Unicode string,
+  NUL included. PostgreSQL refuses NUL in ``text`` and ``\\u0000`` in ``jsonb``, so on
+  Postgres a string holding NUL (or starting with the escape marker) is stored escaped:
+  ``MARKER`` followed by the string with ``\\`` doubled and NUL written ``\\0``. Reading
+  reverses it. Nothing is dropped or replaced.
+* Unpaired surrogates cannot be encoded as UTF-8 at all; they are refused with a clear
+  error (the driver's ``UnicodeEncodeError``, translated at the error seam).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Integer, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+# U+FDD0 is a Unicode noncharacter, reserved for internal use: it marks an escaped value.
+MARKER = "\ufdd0"
+_ESCAPED_PIECE = re.compile(r"\\(\\|0)")
+
+IntId: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
+"""Primary keys: a rowid alias with AUTOINCREMENT on SQLite, BIGSERIAL on Postgres."""
+
+Millis = BigInteger
+"""Timestamps: integer milliseconds since the Unix epoch (UTC)."""
+
+JSONValue: TypeEngine[Any] = JSON(none_as_null=True).with_variant(
+    JSONB(none_as_null=True), "postgresql"
+)
+
+
+def escape_text(value: str) -> str:
+    """Make ``value`` storable in Postgres ``text``/``jsonb`` (identity for most strings)."""
+    if "\x00" not in value and not value.startswith(MARKER):
+        return value
+    return MARKER + value.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def unescape_text(value: str) -> str:
+    """Reverse :func:`escape_text`."""
+    if not value.startswith(MARKER):
+        return value
+    return _ESCAPED_PIECE.sub(lambda m: "\\" if m.group(1) == "\\" else "\x00", value[1:])
+
+
+def _walk(value: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {fn(k) if isinstance(k, str) else k: _walk(v, fn) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_walk(v, fn) for v in value]
+    return value
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def json_serializer(dialect_name: str) -> Callable[[Any], str]:
+    """The engine's JSON serializer: strict JSON; NUL-safe on Postgres."""
+    if dialect_name != "postgresql":
+        return _dumps
+
+    def dumps_pg(value: Any) -> str:
+        text = _dumps(value)
+        if "\\u0000" in text or MARKER in text:
+            text = _dumps(_walk(value, escape_text))
+        return text
+
+    return dumps_pg
+
+
+def json_deserializer(dialect_name: str) -> Callable[[str | bytes], Any]:
+    """The engine's JSON deserializer.
+
+    Legacy SQLite rows may hold text that is not JSON; the older store read such a value as
+    ``None`` and so do we (the row itself is never modified).
+    """
+    if dialect_name != "postgresql":
+
+        def loads_sqlite(text: str | bytes) -> Any:
+            try:
+                return json.loads(text)
+            except ValueError:
+                return None
+
+        return loads_sqlite
+
+    def loads_pg(text: str | bytes) -> Any:
+        value = json.loads(text)
+        if isinstance(text, str) and MARKER in text:
+            value = _walk(value, unescape_text)
+        return value
+
+    return loads_pg
+
+
+class LosslessText(TypeDecorator[str]):
+    """``Text`` that stores NUL characters on Postgres too (escaped; see module doc).
+
+    On SQLite it has no bind or result processing at all, so reads stay at driver speed.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "postgresql":
+            return None
+
+        def process(value: Any) -> Any:
+            return escape_text(value) if isinstance(value, str) else value
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name != "postgresql":
+            return None
+
+        def process(value: Any) -> Any:
+            if value is not None and value.startswith(MARKER):
+                return unescape_text(value)
+            return value
+
+        return process

@@ -1,0 +1,92 @@
+"""The package's error tree.
+
+Every error the store raises derives from :class:`SessionStoreError`. Where the contract
+expects a builtin (a duplicate key is a ``ValueError``, a missing session is a ``KeyError``),
+the error also derives from that builtin, so ``except KeyError`` keeps working while
+``except SessionStoreError`` catches everything that came from us.
+"""
+
+from __future__ import annotations
+
+
+class SessionStoreError(Exception):
+    """Root of every error raised by opensquilla-session."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ repr()s its argument; our messages are sentences.
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class ConfigurationError(SessionStoreError, ValueError):
+    """A storage target, DSN or setting that cannot be used."""
+
+
+class InvalidInputError(SessionStoreError, ValueError):
+    """A value the store refuses before anything is written."""
+
+
+class InvalidSessionKeyError(InvalidInputError):
+    """A session key that is empty, too long or holds characters a key may not hold."""
+
+
+class ProtectedFieldError(InvalidInputError):
+    """An attempt to change a field that only the store itself may change."""
+
+
+class SessionExistsError(SessionStoreError, ValueError):
+    """A session with this key already exists."""
+
+
+class SessionKeyConflictError(SessionExistsError):
+    """``NEW_CHAT`` asked for a key that is already in use."""
+
+
+class SessionNotFoundError(SessionStoreError, KeyError):
+    """No session row has this key."""
+
+
+class MessageNotFoundError(SessionStoreError, KeyError):
+    """No transcript entry has this message id."""
+
+
+class StaleEpochError(SessionStoreError):
+    """A write was fenced to an epoch (or generation) that is no longer current."""
+
+
+class StaleGenerationError(StaleEpochError):
+    """A whole-row write carried a session generation older than the stored one."""
+
+
+class DatabaseError(SessionStoreError):
+    """The database refused or failed an operation; the driver's error is the ``__cause__``."""
+
+
+class DatabaseUnavailableError(DatabaseError):
+    """The database could not be reached or the connection was lost."""
+
+
+class IntegrityViolationError(DatabaseError):
+    """A constraint of the schema refused the change (nothing was written)."""
+
+
+class MigrationError(SessionStoreError):
+    """The schema could not be brought to, or is not at, the expected revision."""
+
+
+__all__ = [
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailableError",
+    "IntegrityViolationError",
+    "InvalidInputError",
+    "InvalidSessionKeyError",
+    "MessageNotFoundError",
+    "MigrationError",
+    "ProtectedFieldError",
+    "SessionExistsError",
+    "SessionKeyConflictError",
+    "SessionNotFoundError",
+    "SessionStoreError",
+    "StaleEpochError",
+    "StaleGenerationError",
+]

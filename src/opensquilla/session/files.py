@@ -1,0 +1,70 @@
+"""Owner-only files: the embedded database and the reset archives hold whole conversations.
+
+Directories the store creates are 0700 and files 0600 whatever the umask. A directory that
+already exists is left as it is (it may be shared on purpose, like ``/tmp``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` and its missing parents owner-only; refuse a non-directory."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists() and current.parent != current:
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)
+    if not path.is_dir():
+        raise NotADirectoryError(f"not a directory: {path}")
+
+
+def ensure_private_file(path: Path) -> None:
+    """Create ``path`` empty and 0600 if it does not exist (SQLite would follow the umask;
+    it gives its ``-wal`` and ``-shm`` files the main file's permissions)."""
+    ensure_private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.chmod(path, FILE_MODE)
+
+
+def write_atomically(directory: Path, name: str, data: bytes) -> Path:
+    """Write ``directory/name`` owner-only and atomically: temporary file, fsync, rename,
+    directory fsync. A reader sees the old state or the whole new file, never a part."""
+    ensure_private_dir(directory)
+    final = directory / name
+    temporary = directory / f".{name}.{uuid.uuid4().hex}.tmp"
+    fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        temporary.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(temporary, final)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return final

@@ -1,0 +1,78 @@
+"""Session-key and agent-id canonicalisation (SEMANTICS §1.1).
+
+Users address sessions with any spelling (``agent:Main:main``, ``webchat:default``); the
+store keeps one canonical form so that every spelling reaches the same row.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidSessionKeyError
+
+MAX_SESSION_KEY_LENGTH = 512
+_AGENT_ID_LIMIT = 64
+_AGENT_ID_OUTSIDE = re.compile(r"[^a-z0-9_-]")
+# Characters no key may hold: NUL (Postgres refuses it in text) and surrogate code points
+# (not encodable as UTF-8 on either backend).
+_FORBIDDEN_IN_KEY = re.compile("[\x00\ud800-\udfff]")
+
+
+def normalize_agent_id(value: str | None) -> str:
+    """``None``, blank and ``default`` become ``main``; otherwise a safe lowercase slug."""
+    if value is None:
+        return "main"
+    text = str(value).strip().lower()
+    if not text or text == "default":
+        return "main"
+    slug = _AGENT_ID_OUTSIDE.sub("-", text).strip("-")[:_AGENT_ID_LIMIT]
+    if not slug or slug == "default":
+        return "main"
+    return slug
+
+
+def canonicalize_session_key(key: str) -> str:
+    """Return the canonical form of ``key`` (trimmed; agent segment normalised).
+
+    Raises :class:`InvalidSessionKeyError` for a non-string, an over-long key, or a key
+    holding NUL or surrogate code points, so such a key never reaches the database.
+    """
+    if not isinstance(key, str):
+        raise InvalidSessionKeyError(f"session key must be a string, not {type(key).__name__}")
+    text = key.strip()
+    if len(text) > MAX_SESSION_KEY_LENGTH:
+        raise InvalidSessionKeyError(
+            f"session key is {len(text)} characters long; the limit is {MAX_SESSION_KEY_LENGTH}"
+        )
+    if _FORBIDDEN_IN_KEY.search(text):
+        raise InvalidSessionKeyError(
+            "session key must not contain NUL characters or unpaired surrogates"
+        )
+    return _canonical(text)
+
+
+def _canonical(text: str) -> str:
+    if not text:
+        return ""
+    if text == "webchat:default":
+        return "agent:main:webchat:default"
+    if text.startswith("subagent:agent:"):
+        return "subagent:" + _canonical(text[len("subagent:") :])
+    if text.startswith("agent:"):
+        parts = text.split(":")
+        parts[1] = normalize_agent_id(parts[1])
+        return ":".join(parts)
+    return text
+
+
+def require_session_key(key: str) -> str:
+    """Canonicalise ``key`` and refuse the empty key (for calls that create rows)."""
+    canonical = canonicalize_session_key(key)
+    if not canonical:
+        raise InvalidSessionKeyError("session key must not be empty")
+    return canonical
+
+
+def agent_key_prefix(agent_id: str | None) -> str:
+    """The key prefix every session of ``agent_id`` starts with (``agent:<id>:``)."""
+    return f"agent:{normalize_agent_id(agent_id)}:"

@@ -1,0 +1,462 @@
+"""SessionManager: the use cases over SessionStorage. It never writes SQL.
+
+Every change that touches several rows is one storage transaction; the manager decides
+*what* changes (pure logic: new nodes, intents, budgets, the time prefix) and the storage
+makes it happen atomically.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from .archive import write_reset_archive
+from .clock import new_session_id, now_ms
+from .compaction import estimate_tokens_for_length
+from .errors import (
+    InvalidInputError,
+    ProtectedFieldError,
+    SessionExistsError,
+    SessionKeyConflictError,
+    SessionNotFoundError,
+    StaleEpochError,
+)
+from .keys import canonicalize_session_key, normalize_agent_id, require_session_key
+from .models import (
+    GenerationSnapshot,
+    SessionContextState,
+    SessionIntent,
+    SessionNode,
+    SessionStatus,
+    SessionSummary,
+    TranscriptEntry,
+)
+from .storage import SessionStorage
+from .timeprefix import stamp
+
+log = logging.getLogger(__name__)
+
+MemorySyncNotify = Callable[[int], Awaitable[None] | None]
+
+# Fields only the store changes: identity, fencing, bookkeeping.
+PROTECTED_FIELDS = frozenset(
+    {
+        "session_key",
+        "session_id",
+        "epoch",
+        "created_at",
+        "updated_at",
+        "compaction_count",
+        "schema_version",
+    }
+)
+SESSION_FIELDS = frozenset(SessionNode.model_fields)
+PROVENANCE_KEYS = (
+    "kind",
+    "origin_session_id",
+    "source_session_key",
+    "source_channel",
+    "source_tool",
+)
+_RESET_ATTEMPTS = 5
+
+
+def _invalid(exc: ValidationError) -> InvalidInputError:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
+    )
+    return InvalidInputError(f"invalid value: {problems}")
+
+
+class SessionManager:
+    """Session lifecycle, transcript, intents, branching, context states and retention."""
+
+    def __init__(
+        self,
+        storage: SessionStorage,
+        memory_sync_notify: MemorySyncNotify | None = None,
+        *,
+        inject_time_prefix: bool = True,
+        time_prefix_tz: str | None = None,
+    ) -> None:
+        self._storage = storage
+        self._memory_sync_notify = memory_sync_notify
+        self._inject_time_prefix = inject_time_prefix
+        self._time_prefix_tz = time_prefix_tz
+        self._epochs: dict[str, int] = {}
+
+    @property
+    def storage(self) -> SessionStorage:
+        return self._storage
+
+    def get_cached_epoch(self, session_key: str) -> int | None:
+        return self._epochs.get(canonicalize_session_key(session_key))
+
+    def set_cached_epoch(self, session_key: str, epoch: int) -> None:
+        self._epochs[canonicalize_session_key(session_key)] = epoch
+
+    async def _require(self, session_key: str) -> SessionNode:
+        key = canonicalize_session_key(session_key)
+        node = await self._storage.get_session(key)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return node
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _new_node(
+        self, session_key: str, agent_id: str | None, fields: Mapping[str, Any]
+    ) -> SessionNode:
+        key = require_session_key(session_key)
+        unknown = set(fields) - SESSION_FIELDS
+        if unknown:
+            raise InvalidInputError(f"unknown session field(s): {', '.join(sorted(unknown))}")
+        if "session_key" in fields:
+            raise ProtectedFieldError("session_key is given as the first argument")
+        now = now_ms()
+        values: dict[str, Any] = {
+            "created_at": now,
+            "updated_at": now,
+            "started_at": now,
+            "status": SessionStatus.RUNNING.value,
+            **fields,
+            "session_key": key,
+            "agent_id": normalize_agent_id(agent_id),
+        }
+        try:
+            return SessionNode(**values)
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+
+    async def create(self, session_key: str, agent_id: str = "main", **kwargs: Any) -> SessionNode:
+        """A new session (``SessionExistsError``, a ``ValueError``, if the key is taken)."""
+        node = self._new_node(session_key, agent_id, kwargs)
+        if not await self._storage.create_session(node):
+            raise SessionExistsError(f"Session already exists: {node.session_key}")
+        self._epochs[node.session_key] = node.epoch
+        return node
+
+    async def get_session(self, session_key: str) -> SessionNode | None:
+        """The session row, or ``None``; never touches ``updated_at``."""
+        return await self._storage.get_session(session_key)
+
+    async def get_or_create(
+        self, session_key: str, agent_id: str = "main", **kwargs: Any
+    ) -> tuple[SessionNode, bool]:
+        """The existing row untouched, or a new one; race-safe (exactly one creator wins)."""
+        node = self._new_node(session_key, agent_id, kwargs)
+        while True:
+            existing = await self._storage.get_session(node.session_key)
+            if existing is not None:
+                return existing, False
+            if await self._storage.create_session(node):
+                self._epochs[node.session_key] = node.epoch
+                return node, True
+
+    async def apply_intent(
+        self,
+        session_key: str,
+        intent: SessionIntent | str,
+        *,
+        agent_id: str = "main",
+        **create_kwargs: Any,
+    ) -> tuple[SessionNode, bool]:
+        """Apply a session intent; returns ``(node, created_or_rotated)``.
+
+        A missing key is created for every intent. ``NEW_CHAT`` on an existing key is a
+        ``SessionKeyConflictError``; ``RESET_SAME_KEY`` starts a new generation (see
+        :meth:`reset`); ``CONTINUE`` returns the row untouched.
+        """
+        intent = SessionIntent(intent)
+        node, created = await self.get_or_create(session_key, agent_id, **create_kwargs)
+        if created:
+            return node, True
+        if intent is SessionIntent.NEW_CHAT:
+            raise SessionKeyConflictError(f"session_key conflict: {node.session_key}")
+        if intent is SessionIntent.RESET_SAME_KEY:
+            return await self.reset(node.session_key), True
+        return node, False
+
+    async def reset(self, session_key: str) -> SessionNode:
+        """Start a new generation of the key (SEMANTICS §7), in one transaction.
+
+        The old generation is archived to a file first (best effort: a failed write is
+        logged and the reset goes on, as the contract requires); then its transcript,
+        compacted archive and summaries are deleted, its context states invalidated, the
+        epoch bumped and the identity and counters renewed. Another writer's concurrent
+        change makes the compare-and-set fail; the reset then re-reads and tries again.
+        """
+        key = canonicalize_session_key(session_key)
+        for _ in range(_RESET_ATTEMPTS):
+            node = await self._require(key)
+            try:
+                renewed = await self._storage.reset_session(
+                    key,
+                    expected_session_id=node.session_id,
+                    expected_epoch=node.epoch,
+                    new_session_id=new_session_id(),
+                    now=now_ms(),
+                    before_commit=self._archive_generation,
+                )
+            except StaleEpochError:
+                continue
+            self._epochs[key] = renewed.epoch
+            return renewed
+        raise StaleEpochError(f"reset of {key} kept racing other writers; not applied")
+
+    async def _archive_generation(self, snapshot: GenerationSnapshot) -> None:
+        try:
+            path = await write_reset_archive(snapshot, now_ms=now_ms())
+        except Exception:
+            log.warning(
+                "reset archive for %s (%s) could not be written; the reset goes on",
+                snapshot.session.session_key,
+                snapshot.session.session_id,
+                exc_info=True,
+            )
+            return
+        if path is not None:
+            log.info(
+                "archived %s generation %s to %s",
+                snapshot.session.session_key,
+                snapshot.session.session_id,
+                path,
+            )
+
+    async def resume(self, session_key: str) -> SessionNode:
+        """Touch ``updated_at``; ``KeyError`` if the session is missing."""
+        key = canonicalize_session_key(session_key)
+        return await self._storage.update_session_fields(key, {"updated_at": now_ms()})
+
+    async def update(self, session_key: str, **fields: Any) -> SessionNode:
+        """Set mutable fields (one narrow UPDATE); identity, key and epoch are refused."""
+        key = canonicalize_session_key(session_key)
+        unknown = set(fields) - SESSION_FIELDS
+        if unknown:
+            raise InvalidInputError(f"unknown session field(s): {', '.join(sorted(unknown))}")
+        protected = set(fields) & PROTECTED_FIELDS
+        if protected:
+            raise ProtectedFieldError(
+                f"field(s) {', '.join(sorted(protected))} of {key} can only be changed by the "
+                "store itself (reset, compaction, create)"
+            )
+        try:
+            validated = SessionNode(session_key=key, **fields)
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        values: dict[str, Any] = {name: getattr(validated, name) for name in fields}
+        if "agent_id" in values:
+            values["agent_id"] = normalize_agent_id(values["agent_id"])
+        for lineage in ("parent_session_key", "spawned_by"):
+            if values.get(lineage):
+                values[lineage] = canonicalize_session_key(values[lineage])
+        values["updated_at"] = now_ms()
+        return await self._storage.update_session_fields(key, values)
+
+    async def finish(
+        self, session_key: str, status: SessionStatus | str = SessionStatus.DONE
+    ) -> SessionNode:
+        """Set the final status, ``ended_at`` and ``runtime_ms`` in one statement."""
+        value = SessionStatus(status).value
+        return await self._storage.finish_session(session_key, value, now_ms())
+
+    async def archive(self, session_key: str) -> None:
+        """A soft finish (status ``done``); nothing is moved or deleted."""
+        await self.finish(session_key, SessionStatus.DONE)
+
+    # -- transcript --------------------------------------------------------------------
+
+    async def append_message(
+        self,
+        session_key: str,
+        role: str,
+        content: str | None,
+        *,
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        reasoning_content: str | None = None,
+        turn_usage: dict[str, Any] | None = None,
+        token_count: int | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        turn_context: dict[str, Any] | None = None,
+    ) -> TranscriptEntry:
+        """Append one message to the current generation and return it (with its ``id``).
+
+        The insert, the epoch fence and the session touch commit together. ``token_count``
+        is added to ``total_tokens`` only when no ``turn_usage`` is given (usage is then
+        accounted elsewhere); ``reasoning_content`` and ``turn_usage`` are kept for the
+        assistant role only.
+        """
+        if not isinstance(role, str) or not role:
+            raise InvalidInputError("role must be a non-empty string")
+        if token_count is not None and (not isinstance(token_count, int) or token_count < 0):
+            raise InvalidInputError(
+                f"token_count must be a non-negative integer, not {token_count!r}"
+            )
+        node = await self._require(session_key)
+        if role == "user" and self._inject_time_prefix and isinstance(content, str):
+            content = stamp(content, timezone=self._time_prefix_tz)
+        assistant = role == "assistant"
+        origin = dict(provenance or {})
+        try:
+            entry = TranscriptEntry(
+                session_id=node.session_id,
+                session_key=node.session_key,
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=tool_call_id,
+                reasoning_content=reasoning_content if assistant else None,
+                turn_usage=turn_usage if assistant else None,
+                turn_context=turn_context,
+                token_count=token_count,
+                **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
+            )
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        delta = token_count if token_count and turn_usage is None else 0
+        await self._storage.append_message_entry(
+            entry, expected_epoch=node.epoch, now=now_ms(), token_delta=delta
+        )
+        await self._notify_memory_sync(entry)
+        return entry
+
+    async def _notify_memory_sync(self, entry: TranscriptEntry) -> None:
+        if self._memory_sync_notify is None:
+            return
+        size = len((entry.content or "").encode("utf-8"))
+        try:
+            result = self._memory_sync_notify(size)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.warning("memory sync notification failed for %s", entry.session_key, exc_info=True)
+
+    async def get_transcript(
+        self, session_key: str, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        """The live transcript of the current generation, in order."""
+        node = await self._require(session_key)
+        return await self._storage.get_transcript(node.session_id, limit, offset)
+
+    async def get_canonical_transcript(
+        self, session_key: str, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        """Everything the current generation said: compacted archive plus live rows."""
+        node = await self._require(session_key)
+        return await self._storage.get_canonical_transcript(node.session_id, limit, offset)
+
+    async def truncate(self, session_key: str, max_messages: int = 20) -> dict[str, Any]:
+        """Keep the newest ``max_messages`` live entries (one transaction)."""
+        if not isinstance(max_messages, int) or max_messages < 0:
+            raise InvalidInputError("max_messages must be >= 0")
+        truncated, before, after = await self._storage.truncate_transcript(
+            session_key, max_messages, now_ms()
+        )
+        return {"truncated": truncated, "before_count": before, "after_count": after}
+
+    # -- branching ---------------------------------------------------------------------
+
+    async def branch(
+        self,
+        parent_session_key: str,
+        new_session_key: str,
+        fork_transcript: bool = False,
+        max_fork_tokens: int | None = None,
+        status: SessionStatus | str = SessionStatus.RUNNING,
+        fork_before_message_id: str | None = None,
+    ) -> SessionNode:
+        """A child session of ``parent_session_key`` (SEMANTICS §11), in one transaction.
+
+        With ``fork_transcript`` the child gets the parent's live transcript, compacted
+        archive, summaries and valid context states (a full fork), or, with
+        ``fork_before_message_id``, the canonical transcript before that message (a prefix
+        fork), when it fits ``max_fork_tokens``. An existing child key is refused.
+        """
+        child_key = require_session_key(new_session_key)
+        child_status = SessionStatus(status).value
+        if max_fork_tokens is not None and max_fork_tokens < 0:
+            raise InvalidInputError("max_fork_tokens must be >= 0")
+        now = now_ms()
+
+        def make_child(parent: SessionNode) -> SessionNode:
+            return SessionNode(
+                session_key=child_key,
+                agent_id=parent.agent_id,
+                parent_session_key=parent.session_key,
+                spawned_by=parent.session_key,
+                spawn_depth=parent.spawn_depth + 1,
+                created_at=now,
+                updated_at=now,
+                started_at=now,
+                status=child_status,
+                model=parent.model,
+                model_provider=parent.model_provider,
+                channel=parent.channel,
+                chat_type=parent.chat_type,
+            )
+
+        if not fork_transcript:
+            fork = "none"
+        elif fork_before_message_id is not None:
+            fork = "prefix"
+        else:
+            fork = "full"
+        return await self._storage.branch_session(
+            parent_session_key,
+            make_child,
+            fork=fork,  # type: ignore[arg-type]
+            before_message_id=fork_before_message_id,
+            max_fork_tokens=max_fork_tokens,
+            summary_tokens=estimate_tokens_for_length,
+        )
+
+    # -- summaries and context states --------------------------------------------------
+
+    async def get_summaries(self, session_key: str) -> list[SessionSummary]:
+        node = await self._require(session_key)
+        return await self._storage.get_all_summaries(node.session_id)
+
+    async def save_context_state(self, state: SessionContextState) -> SessionContextState:
+        return await self._storage.save_context_state(state)
+
+    async def get_context_states(
+        self,
+        session_key: str,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        valid_only: bool = True,
+    ) -> list[SessionContextState]:
+        """States of the key (``[]`` for an unknown key)."""
+        return await self._storage.get_context_states(
+            session_key, provider=provider, state_kind=state_kind, valid_only=valid_only
+        )
+
+    async def invalidate_context_states(
+        self,
+        session_key: str,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        reason: str = "invalidated",
+    ) -> int:
+        return await self._storage.invalidate_context_states(
+            session_key, provider=provider, state_kind=state_kind, reason=reason
+        )
+
+    # -- retention ---------------------------------------------------------------------
+
+    async def prune_stale(self, max_age_ms: int) -> int:
+        """Delete sessions not updated for ``max_age_ms``; how many were deleted."""
+        if not isinstance(max_age_ms, int) or max_age_ms < 0:
+            raise InvalidInputError("max_age_ms must be a non-negative integer")
+        return await self._storage.prune_stale(now_ms() - max_age_ms)
+
+    async def cap_entries(self, max_entries: int = 500) -> int:
+        """Keep at most ``max_entries`` sessions, deleting the least recently updated."""
+        if not isinstance(max_entries, int) or max_entries < 0:
+            raise InvalidInputError("max_entries must be a non-negative integer")
+        return await self._storage.cap_sessions(max_entries)

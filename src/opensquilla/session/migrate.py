@@ -1,0 +1,254 @@
+"""Programmatic schema management: upgrade, downgrade, current, check, stamp, history.
+
+The one migration history is the top-level ``alembic/`` directory; a built wheel carries the
+same scripts as ``opensquilla/session/_alembic``. Every run happens on one connection inside
+one transaction that first takes the migration lock: a Postgres advisory lock, or SQLite's
+write lock (``BEGIN IMMEDIATE``). Several workers starting at once therefore migrate once; the
+others wait, then find the schema at head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from alembic import command
+
+from .config import resolve_dsn
+from .db.base import Base
+from .db.dsn import parse_target
+from .db.engine import BEGIN_OPTION, create_engine
+from .db.errors import translated_errors
+from .db.tables import OUR_TABLES
+from .errors import MigrationError
+from .files import ensure_private_file
+
+log = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock key: the first 8 bytes of sha256("opensquilla-session migrations").
+MIGRATION_LOCK_KEY = 0x3A1F_5C2E_9B47_0D61
+
+
+def script_location() -> Path:
+    """The migration scripts: packaged in the wheel, or the checkout's ``alembic/``."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_alembic", here.parents[2] / "alembic"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise MigrationError(
+        "opensquilla-session migration scripts not found (looked for "
+        f"{here / '_alembic'} and {here.parents[2] / 'alembic'}); reinstall the package"
+    )
+
+
+def make_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@functools.cache
+def _script_directory(location: str) -> ScriptDirectory:
+    config = Config()
+    config.set_main_option("script_location", location)
+    return ScriptDirectory.from_config(config)
+
+
+def script_directory() -> ScriptDirectory:
+    return _script_directory(str(script_location()))
+
+
+def head_revisions() -> tuple[str, ...]:
+    return tuple(script_directory().get_heads())
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Only our five tables: the rest of opensquilla keeps its own tables in the same file."""
+    if type_ == "table":
+        return name in OUR_TABLES
+    table = getattr(obj, "table", None)
+    return table is None or table.name in OUR_TABLES
+
+
+def context_options(dialect_name: str) -> dict[str, Any]:
+    """Options every migration context gets, from the CLI or from code."""
+    return {
+        "target_metadata": Base.metadata,
+        "render_as_batch": dialect_name == "sqlite",
+        "include_object": include_object,
+        "compare_type": True,
+    }
+
+
+async def _run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
+    async with translated_errors(), engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            await conn.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
+        async with conn.begin():
+            if engine.dialect.name == "postgresql":
+                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
+            return await conn.run_sync(fn)
+
+
+def _current_sync(connection: Connection) -> tuple[str, ...]:
+    return tuple(MigrationContext.configure(connection).get_current_heads())
+
+
+async def current_revisions(engine: AsyncEngine) -> tuple[str, ...]:
+    """The revisions stamped in the database (empty for a new or legacy database)."""
+    async with translated_errors(), engine.connect() as conn:
+        return await conn.run_sync(_current_sync)
+
+
+def _command(fn: Callable[..., None], *args: Any) -> Callable[[Connection], None]:
+    def run(connection: Connection) -> None:
+        try:
+            fn(make_config(connection), *args)
+        except CommandError as exc:
+            raise MigrationError(f"migration failed: {exc}") from exc
+
+    return run
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    await _run_locked(engine, _command(command.upgrade, revision))
+
+
+async def downgrade(engine: AsyncEngine, revision: str) -> None:
+    await _run_locked(engine, _command(command.downgrade, revision))
+
+
+async def stamp(engine: AsyncEngine, revision: str) -> None:
+    await _run_locked(engine, _command(command.stamp, revision))
+
+
+async def ensure_head(engine: AsyncEngine) -> bool:
+    """Bring the schema to head if it is not there; return whether anything ran.
+
+    An up-to-date database costs one read of the version table and takes no lock.
+    """
+    heads = set(head_revisions())
+    current = set(await current_revisions(engine))
+    if current == heads:
+        return False
+    unknown = current - {rev.revision for rev in script_directory().walk_revisions()}
+    if unknown:
+        raise MigrationError(
+            f"the database is at revision {', '.join(sorted(unknown))}, which this version of "
+            "opensquilla-session does not know (it was migrated by a newer version); "
+            "upgrade the package"
+        )
+    log.info("migrating database schema to %s", ", ".join(sorted(heads)))
+    await upgrade(engine, "head")
+    return True
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    current: tuple[str, ...]
+    heads: tuple[str, ...]
+    drift: tuple[str, ...]
+
+    @property
+    def at_head(self) -> bool:
+        return set(self.current) == set(self.heads)
+
+    @property
+    def ok(self) -> bool:
+        return self.at_head and not self.drift
+
+
+def _check_sync(connection: Connection) -> SchemaStatus:
+    context = MigrationContext.configure(connection, opts=context_options(connection.dialect.name))
+    diffs = compare_metadata(context, Base.metadata)
+    return SchemaStatus(
+        current=tuple(context.get_current_heads()),
+        heads=head_revisions(),
+        drift=tuple(_describe(diff) for diff in diffs),
+    )
+
+
+def _describe(diff: Any) -> str:
+    if isinstance(diff, tuple) and diff and isinstance(diff[0], str):
+        parts = [diff[0]]
+        for item in diff[1:]:
+            name = getattr(item, "name", None)
+            parts.append(str(name) if name is not None else str(item))
+        return " ".join(parts)
+    if isinstance(diff, list):
+        return "; ".join(_describe(item) for item in diff)
+    return str(diff)
+
+
+async def check(engine: AsyncEngine) -> SchemaStatus:
+    """Where the database is against the code: revisions and any schema drift."""
+    async with translated_errors(), engine.connect() as conn:
+        return await conn.run_sync(_check_sync)
+
+
+@dataclass(frozen=True)
+class RevisionInfo:
+    revision: str
+    down_revision: str | None
+    message: str
+    is_head: bool
+
+
+def history() -> list[RevisionInfo]:
+    """Every revision, newest first."""
+    heads = set(head_revisions())
+    out = []
+    for script in script_directory().walk_revisions():
+        down = script.down_revision
+        out.append(
+            RevisionInfo(
+                revision=script.revision,
+                down_revision=down if isinstance(down, str) or down is None else ",".join(down),
+                message=(script.doc or "").strip(),
+                is_head=script.revision in heads,
+            )
+        )
+    return out
+
+
+def cli_dsn(x_arguments: Mapping[str, str]) -> str:
+    """The DSN for the ``alembic`` command line: ``-x dsn=...``, the env variable, the default."""
+    return resolve_dsn(x_arguments.get("dsn"))
+
+
+def offline_url(dsn: str) -> URL:
+    return parse_target(dsn).url
+
+
+def run_from_cli(x_arguments: Mapping[str, str], fn: Callable[[Connection], None]) -> None:
+    """Run migrations for the ``alembic`` command line, with the same locking as code."""
+    target = parse_target(cli_dsn(x_arguments))
+    if target.path is not None:
+        ensure_private_file(target.path)
+
+    async def main() -> None:
+        engine = create_engine(target)
+        try:
+            await _run_locked(engine, fn)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(main())

@@ -1,0 +1,592 @@
+"""SessionStorage: the engine's lifecycle and every storage operation, one unit of work each.
+
+Each public method opens exactly one transaction (``db/uow.py``) and runs repository
+statements (``db/repos/``) inside it; a method that changes several rows (reset, branch,
+truncate, compaction rewrite, retention) is all-or-nothing. Returned models are detached:
+callers may mutate them and hand them back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Literal, Self
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from . import migrate
+from .db.dsn import StorageTarget, parse_target
+from .db.engine import SqliteSynchronous, create_engine
+from .db.repos import context_states as state_repo
+from .db.repos import sessions as session_repo
+from .db.repos import summaries as summary_repo
+from .db.repos import transcript as transcript_repo
+from .db.uow import Database
+from .errors import (
+    InvalidInputError,
+    MessageNotFoundError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStoreError,
+    StaleEpochError,
+)
+from .files import ensure_private_file
+from .keys import agent_key_prefix, canonicalize_session_key, normalize_agent_id
+from .models import (
+    CompactedTranscriptEntry,
+    GenerationSnapshot,
+    SessionContextState,
+    SessionNode,
+    SessionSummary,
+    TranscriptEntry,
+)
+
+log = logging.getLogger(__name__)
+
+ForkMode = Literal["none", "full", "prefix"]
+RETENTION_BATCH = 500
+
+
+class StorageNotConnectedError(SessionStoreError, RuntimeError):
+    """The storage was used before ``connect()`` or after ``close()``."""
+
+
+def _check_page(limit: int | None, offset: int) -> None:
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise InvalidInputError(f"limit must be a non-negative integer or None, not {limit!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidInputError(f"offset must be a non-negative integer, not {offset!r}")
+
+
+class SessionStorage:
+    """The durable store: SQLite (``":memory:"``, a path) or PostgreSQL (a URL)."""
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] = ":memory:",
+        *,
+        sqlite_synchronous: SqliteSynchronous = "FULL",
+        pool_size: int | None = None,
+        echo: bool = False,
+    ) -> None:
+        self._target: StorageTarget = parse_target(target)
+        self._sqlite_synchronous = sqlite_synchronous
+        self._pool_size = pool_size
+        self._echo = echo
+        self._db: Database | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "connected" if self._db is not None else "not connected"
+        return f"SessionStorage({self._target.render()!r}, {state})"
+
+    @property
+    def target(self) -> StorageTarget:
+        return self._target
+
+    @property
+    def backend(self) -> str:
+        return self._target.backend
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The public ``AsyncEngine``: every statement the store runs goes through it."""
+        return self._database.engine
+
+    @property
+    def _database(self) -> Database:
+        if self._db is None:
+            raise StorageNotConnectedError("Storage not connected. Call connect() first.")
+        return self._db
+
+    @property
+    def is_connected(self) -> bool:
+        return self._db is not None
+
+    async def connect(self) -> None:
+        """Open the engine and bring the schema to head (a new or legacy database alike)."""
+        if self._db is not None:
+            return
+        if self._target.path is not None:
+            ensure_private_file(self._target.path)
+        engine = create_engine(
+            self._target,
+            sqlite_synchronous=self._sqlite_synchronous,
+            pool_size=self._pool_size,
+            echo=self._echo,
+        )
+        try:
+            await migrate.ensure_head(engine)
+        except BaseException:
+            await engine.dispose()
+            raise
+        self._db = Database(engine, self._target)
+
+    async def close(self) -> None:
+        """Dispose of the engine; idempotent."""
+        db, self._db = self._db, None
+        if db is not None:
+            await db.engine.dispose()
+
+    @classmethod
+    async def open(cls, target: str | os.PathLike[str] = ":memory:", **options: object) -> Self:
+        storage = cls(target, **options)  # type: ignore[arg-type]
+        await storage.connect()
+        return storage
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- sessions ----------------------------------------------------------------------
+
+    @staticmethod
+    def _canonical_node(node: SessionNode) -> SessionNode:
+        node.session_key = canonicalize_session_key(node.session_key)
+        node.agent_id = normalize_agent_id(node.agent_id)
+        return node
+
+    async def upsert_session(self, node: SessionNode) -> None:
+        """Write the whole row; refused (``StaleGenerationError``) for an older generation."""
+        self._canonical_node(node)
+        async with self._database.write() as conn:
+            await session_repo.upsert(conn, node)
+
+    async def create_session(self, node: SessionNode) -> bool:
+        """Insert a new row; ``False`` when the key exists (nothing is changed then)."""
+        self._canonical_node(node)
+        async with self._database.write() as conn:
+            return await session_repo.insert_new(conn, node)
+
+    async def get_session(self, session_key: str) -> SessionNode | None:
+        key = canonicalize_session_key(session_key)
+        async with self._database.read() as conn:
+            return await session_repo.get(conn, key)
+
+    async def list_sessions(
+        self,
+        agent_id: str | None = None,
+        status: str | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+        spawned_by: str | None = None,
+        *,
+        parent_session_key: str | None = None,
+    ) -> list[SessionNode]:
+        """Sessions by recent activity (``updated_at`` then key, both descending)."""
+        _check_page(limit, offset)
+        async with self._database.read() as conn:
+            return await session_repo.list_sessions(
+                conn,
+                agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
+                status=str(status) if status is not None else None,
+                spawned_by=canonicalize_session_key(spawned_by) if spawned_by else None,
+                parent_session_key=(
+                    canonicalize_session_key(parent_session_key) if parent_session_key else None
+                ),
+                limit=limit,
+                offset=offset,
+            )
+
+    async def count_sessions(self) -> int:
+        async with self._database.read() as conn:
+            return await session_repo.count(conn)
+
+    async def delete_session(self, session_key: str) -> bool:
+        """Delete the session and every row it owns; ``False`` when there was none."""
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            return bool(await session_repo.delete_cascade(conn, [key]))
+
+    async def get_epoch(self, session_key: str) -> int:
+        key = canonicalize_session_key(session_key)
+        async with self._database.read() as conn:
+            epoch = await session_repo.get_epoch(conn, key)
+        return epoch if epoch is not None else 0
+
+    async def increment_epoch(self, session_key: str) -> int:
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            epoch = await session_repo.increment_epoch(conn, key)
+        if epoch is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return epoch
+
+    async def update_session_fields(
+        self, session_key: str, values: dict[str, object]
+    ) -> SessionNode:
+        """Set only these columns (one statement, no read-modify-write); the new row."""
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            node = await session_repo.update_fields(conn, key, dict(values))
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return node
+
+    async def finish_session(self, session_key: str, status: str, now: int) -> SessionNode:
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            node = await session_repo.finish(conn, key, status, now)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return node
+
+    # -- transcript --------------------------------------------------------------------
+
+    async def append_transcript_entry(
+        self, entry: TranscriptEntry, *, expected_epoch: int | None = None
+    ) -> TranscriptEntry:
+        """Insert ``entry`` (its ``id`` is set). With ``expected_epoch`` the insert happens
+        only while the session holds exactly that epoch (``StaleEpochError`` otherwise)."""
+        entry.session_key = canonicalize_session_key(entry.session_key)
+        async with self._database.write() as conn:
+            if expected_epoch is None:
+                entry.id = await transcript_repo.insert(conn, entry)
+                return entry
+            new_id = await transcript_repo.insert_fenced(conn, entry, expected_epoch)
+            if new_id is None:
+                await self._raise_stale(conn, entry.session_key, expected_epoch)
+            entry.id = new_id
+        return entry
+
+    async def append_message_entry(
+        self,
+        entry: TranscriptEntry,
+        *,
+        expected_epoch: int,
+        now: int,
+        token_delta: int = 0,
+    ) -> TranscriptEntry:
+        """The manager's append: the epoch fence, the insert and the session touch
+        (``updated_at``, ``total_tokens + delta``) commit together or not at all."""
+        entry.session_key = canonicalize_session_key(entry.session_key)
+        async with self._database.write() as conn:
+            new_id = await transcript_repo.append_and_touch(
+                conn, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+            )
+            if new_id is None:
+                await self._raise_stale(conn, entry.session_key, expected_epoch)
+            entry.id = new_id
+        return entry
+
+    @staticmethod
+    async def _raise_stale(conn: object, key: str, expected: int) -> None:
+        actual = await session_repo.get_epoch(conn, key)  # type: ignore[arg-type]
+        raise StaleEpochError(f"Epoch mismatch for {key}: expected {expected}, got {actual}")
+
+    async def get_transcript(
+        self, session_id: str, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        """Live rows of one generation, ``ORDER BY created_at ASC, id ASC``, paginated."""
+        _check_page(limit, offset)
+        async with self._database.read() as conn:
+            return await transcript_repo.list_live(conn, session_id, limit=limit, offset=offset)
+
+    async def get_canonical_transcript(
+        self, session_id: str, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        """Compacted archive plus live rows, in transcript order, paginated."""
+        _check_page(limit, offset)
+        async with self._database.read() as conn:
+            return await transcript_repo.list_canonical(
+                conn, session_id, limit=limit, offset=offset
+            )
+
+    async def count_transcript_entries(self, session_id: str) -> int:
+        """Live rows only."""
+        async with self._database.read() as conn:
+            return await transcript_repo.count_live(conn, session_id)
+
+    async def get_compacted_transcript_entries(
+        self, session_id: str, *, compaction_id: str | None = None
+    ) -> list[CompactedTranscriptEntry]:
+        async with self._database.read() as conn:
+            return await transcript_repo.list_archive(conn, session_id, compaction_id=compaction_id)
+
+    async def delete_transcript(self, session_id: str) -> None:
+        """Delete the live rows and the compacted archive of one generation."""
+        async with self._database.write() as conn:
+            await transcript_repo.delete_all(conn, session_id)
+
+    # -- summaries ---------------------------------------------------------------------
+
+    async def save_summary(self, summary: SessionSummary) -> SessionSummary:
+        """Insert; ``compaction_index`` is assigned in the transaction (max + 1 per session)."""
+        async with self._database.write() as conn:
+            summary.id, summary.compaction_index = await summary_repo.insert(conn, summary)
+        return summary
+
+    async def get_all_summaries(self, session_id: str) -> list[SessionSummary]:
+        async with self._database.read() as conn:
+            return await summary_repo.list_for_session(conn, session_id)
+
+    async def get_latest_summary(self, session_id: str) -> SessionSummary | None:
+        async with self._database.read() as conn:
+            return await summary_repo.latest(conn, session_id)
+
+    async def delete_summaries(self, session_id: str) -> None:
+        async with self._database.write() as conn:
+            await summary_repo.delete_for_session(conn, session_id)
+
+    async def list_degraded_summaries(
+        self, *, agent_id: str | None = None, limit: int = 50
+    ) -> list[SessionSummary]:
+        """Summaries whose flush receipt is ``degraded_forensic`` or ``failed_retryable``."""
+        _check_page(limit, 0)
+        prefix = agent_key_prefix(agent_id) if agent_id is not None else None
+        async with self._database.read() as conn:
+            return await summary_repo.list_degraded(conn, key_prefix=prefix, limit=limit)
+
+    async def update_summary_flush_receipt_status(self, summary_id: int, status: str) -> int:
+        async with self._database.write() as conn:
+            return await summary_repo.set_flush_status(conn, summary_id, status)
+
+    async def update_summary_flush_receipt_status_by_compaction(
+        self, session_key: str, compaction_id: str, status: str
+    ) -> int:
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            return await summary_repo.set_flush_status_by_compaction(
+                conn, key, compaction_id, status
+            )
+
+    # -- context states ----------------------------------------------------------------
+
+    async def save_context_state(self, state: SessionContextState) -> SessionContextState:
+        state.session_key = canonicalize_session_key(state.session_key)
+        async with self._database.write() as conn:
+            state.id = await state_repo.insert(conn, state)
+        return state
+
+    async def get_context_states(
+        self,
+        session_key: str,
+        *,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        valid_only: bool = True,
+    ) -> list[SessionContextState]:
+        """States of the key (every generation), ``created_at`` then id order."""
+        key = canonicalize_session_key(session_key)
+        async with self._database.read() as conn:
+            return await state_repo.list_for_key(
+                conn, key, provider=provider, state_kind=state_kind, valid_only=valid_only
+            )
+
+    async def invalidate_context_states(
+        self,
+        session_key: str,
+        *,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        reason: str = "invalidated",
+    ) -> int:
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            return await state_repo.invalidate(
+                conn, key, provider=provider, state_kind=state_kind, reason=reason
+            )
+
+    # -- multi-row operations (one transaction each) -----------------------------------
+
+    async def reset_session(
+        self,
+        session_key: str,
+        *,
+        expected_session_id: str,
+        expected_epoch: int,
+        new_session_id: str,
+        now: int,
+        before_commit: Callable[[GenerationSnapshot], Awaitable[None]] | None = None,
+    ) -> SessionNode:
+        """Start a new generation of ``session_key`` in one transaction.
+
+        Compare-and-set on key, session id and epoch (``StaleEpochError`` if another writer
+        got there first): the epoch bump, identity rotation and counter reset, deletion of
+        the old generation's transcript, archive and summaries, and invalidation of the
+        key's context states (``session_reset``). ``before_commit`` receives a snapshot of
+        the old generation read inside the transaction, so it sees exactly what is deleted.
+        """
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            current = await session_repo.get(conn, key, lock="update")
+            if (
+                current is None
+                or current.session_id != expected_session_id
+                or current.epoch != expected_epoch
+            ):
+                raise StaleEpochError(
+                    f"Epoch mismatch for {key}: expected generation {expected_session_id} at "
+                    f"epoch {expected_epoch}, got "
+                    + (f"{current.session_id} at epoch {current.epoch}" if current else "None")
+                )
+            old_id = current.session_id
+            renewed = await session_repo.update_fields(
+                conn, key, _reset_values(current.epoch + 1, new_session_id, now)
+            )
+            assert renewed is not None
+            if before_commit is not None:
+                snapshot_node = current.model_copy(update={"epoch": current.epoch + 1})
+                snapshot = GenerationSnapshot(
+                    session=snapshot_node,
+                    transcript=await transcript_repo.list_canonical(conn, old_id),
+                    summaries=await summary_repo.list_for_session(conn, old_id),
+                )
+                await before_commit(snapshot)
+            await transcript_repo.delete_all(conn, old_id)
+            await summary_repo.delete_for_session(conn, old_id)
+            await state_repo.invalidate(conn, key, reason="session_reset")
+        return renewed
+
+    async def branch_session(
+        self,
+        parent_key: str,
+        make_child: Callable[[SessionNode], SessionNode],
+        *,
+        fork: ForkMode = "none",
+        before_message_id: str | None = None,
+        max_fork_tokens: int | None = None,
+        summary_tokens: Callable[[int], int] = lambda length: max(1, length // 4),
+    ) -> SessionNode:
+        """Create a child session from ``parent_key`` in one transaction.
+
+        ``make_child(parent)`` builds the child row. ``fork="full"`` copies the live
+        transcript, the compacted archive, every summary and the valid context states;
+        ``fork="prefix"`` copies the canonical transcript before ``before_message_id``
+        (``MessageNotFoundError`` before any write if it is not there). Copies happen only
+        within ``max_fork_tokens`` (reported token counts, plus ``summary_tokens(len)`` per
+        copied summary). A child key that exists already is refused
+        (``SessionExistsError``) and nothing changes. Rows are copied with set-based
+        ``INSERT ... SELECT`` statements.
+        """
+        key = canonicalize_session_key(parent_key)
+        async with self._database.write() as conn:
+            parent = await session_repo.get(conn, key, lock="share")
+            if parent is None:
+                raise SessionNotFoundError(f"Parent session not found: {key}")
+            child = self._canonical_node(make_child(parent))
+            position: tuple[int, int] | None = None
+            copy = False
+            if fork != "none":
+                if fork == "prefix":
+                    if before_message_id is None:
+                        raise InvalidInputError("a prefix fork needs before_message_id")
+                    position = await transcript_repo.find_canonical_position(
+                        conn, parent.session_id, before_message_id
+                    )
+                    if position is None:
+                        raise MessageNotFoundError(
+                            f"Transcript message not found in {key}: {before_message_id}"
+                        )
+                tokens = await transcript_repo.token_sum_before(conn, parent.session_id, position)
+                if fork == "full":
+                    lengths = await summary_repo.text_lengths(conn, parent.session_id)
+                    tokens += sum(summary_tokens(n) for n in lengths)
+                copy = max_fork_tokens is None or tokens <= max_fork_tokens
+            child.forked_from_parent = copy
+            if not await session_repo.insert_new(conn, child):
+                raise SessionExistsError(f"Session already exists: {child.session_key}")
+            if copy:
+                target = {
+                    "target_session_id": child.session_id,
+                    "target_session_key": child.session_key,
+                }
+                if fork == "full":
+                    await transcript_repo.copy_archive_to_session(
+                        conn, source_session_id=parent.session_id, **target
+                    )
+                await transcript_repo.copy_to_session(
+                    conn, source_session_id=parent.session_id, before=position, **target
+                )
+                if fork == "full":
+                    await summary_repo.copy_to_session(
+                        conn, source_session_id=parent.session_id, **target
+                    )
+                    await state_repo.copy_valid_to_session(
+                        conn, source_session_key=parent.session_key, **target
+                    )
+        return child
+
+    async def truncate_transcript(
+        self, session_key: str, max_messages: int, now: int
+    ) -> tuple[bool, int, int]:
+        """Keep the newest ``max_messages`` live rows (ids unchanged), drop the rest and
+        the compacted archive, in one transaction. ``(truncated, before, after)``."""
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            node = await session_repo.get(conn, key, lock="update")
+            if node is None:
+                raise SessionNotFoundError(f"Session not found: {key}")
+            before = await transcript_repo.count_live(conn, node.session_id)
+            if before <= max_messages:
+                return False, before, before
+            await transcript_repo.delete_live_except_last(conn, node.session_id, max_messages)
+            await transcript_repo.delete_all_archive(conn, node.session_id)
+            await session_repo.update_fields(conn, key, {"updated_at": now})
+        return True, before, max_messages
+
+    async def prune_stale(self, updated_before: int, *, batch_size: int = RETENTION_BATCH) -> int:
+        """Delete every session with ``updated_at < updated_before``, in bounded batches.
+
+        Each batch is one transaction that re-checks staleness as it deletes, so a session
+        touched meanwhile is kept, and a deleted session leaves nothing behind.
+        """
+        deleted = 0
+        while True:
+            async with self._database.write() as conn:
+                keys = await session_repo.oldest_keys(
+                    conn, batch_size, updated_before=updated_before
+                )
+                gone = await session_repo.delete_cascade(conn, keys, updated_before=updated_before)
+            deleted += len(gone)
+            if len(keys) < batch_size:
+                return deleted
+
+    async def cap_sessions(self, max_entries: int, *, batch_size: int = RETENTION_BATCH) -> int:
+        """Delete the least recently updated sessions beyond ``max_entries``
+        (order: ``updated_at``, ``created_at``, key), in bounded batches."""
+        deleted = 0
+        while True:
+            async with self._database.write() as conn:
+                excess = await session_repo.count(conn) - max_entries
+                if excess <= 0:
+                    return deleted
+                keys = await session_repo.oldest_keys(conn, min(excess, batch_size))
+                deleted += len(await session_repo.delete_cascade(conn, keys))
+
+
+def _reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
+    """What a reset changes on the session row (SEMANTICS §7.1 step 6)."""
+    return {
+        "epoch": epoch,
+        "session_id": session_id,
+        "updated_at": now,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "total_tokens": 0,
+        "total_tokens_fresh": False,
+        "estimated_cost_usd": 0.0,
+        "total_cost_usd": 0.0,
+        "billed_cost_usd": 0.0,
+        "estimated_cost_component_usd": 0.0,
+        "cost_source": "none",
+        "missing_cost_entries": 0,
+        "cache_read": 0,
+        "cache_write": 0,
+        "context_tokens": None,
+        "compaction_count": 0,
+    }
+
+
+__all__ = ["SessionStorage", "StaleEpochError", "StorageNotConnectedError"]
