@@ -330,7 +330,10 @@ def downgrade() -> None:
 
 
 def _widen(bind: sa.engine.Connection, table: str, columns: list[Any]) -> None:
-    present = {column["name"] for column in sa.inspect(bind).get_columns(table)}
+    reflected = {column["name"]: column for column in sa.inspect(bind).get_columns(table)}
+    present = set(reflected)
+    if bind.dialect.name == "postgresql":
+        _convert_sqlite_style_types(table, columns, reflected)
     for column in columns:
         if not isinstance(column, sa.Column) or column.name in present:
             continue
@@ -351,6 +354,49 @@ def _widen(bind: sa.engine.Connection, table: str, columns: list[Any]) -> None:
         # The older store allowed NULL epochs before it made the column NOT NULL.
         sessions = sa.table("sessions", sa.column("epoch"))
         op.execute(sessions.update().where(sessions.c.epoch.is_(None)).values(epoch=0))
+
+
+def _convert_sqlite_style_types(
+    table: str, columns: list[Any], reflected: dict[str, dict[str, Any]]
+) -> None:
+    """A legacy table ported to Postgres with the older store's SQLite DDL keeps booleans in
+    integers, JSON in text and millisecond timestamps in 32-bit integers; convert those
+    columns in place (the rows and triggers stay)."""
+    for column in columns:
+        found = reflected.get(getattr(column, "name", None) or "")
+        if found is None:
+            continue
+        actual = found["type"]
+        if isinstance(column.type, sa.Boolean) and isinstance(actual, sa.Integer):
+            op.alter_column(table, column.name, server_default=None)
+            op.alter_column(
+                table,
+                column.name,
+                type_=sa.Boolean(),
+                existing_type=actual,
+                postgresql_using=f'"{column.name}" <> 0',
+            )
+            op.alter_column(table, column.name, server_default=column.server_default.arg)
+        elif (
+            isinstance(column.type, sa.BigInteger)
+            and isinstance(actual, sa.Integer)
+            and not isinstance(actual, sa.BigInteger)
+        ):
+            # Millisecond timestamps do not fit a 32-bit integer.
+            op.alter_column(table, column.name, type_=sa.BigInteger(), existing_type=actual)
+        elif column.type is JSON and isinstance(actual, sa.String | sa.Text):
+            default = column.server_default
+            if default is not None:
+                op.alter_column(table, column.name, server_default=None)
+            op.alter_column(
+                table,
+                column.name,
+                type_=postgresql.JSONB(astext_type=sa.Text()),
+                existing_type=actual,
+                postgresql_using=f"NULLIF(\"{column.name}\", '')::jsonb",
+            )
+            if default is not None:
+                op.alter_column(table, column.name, server_default=default.arg)
 
 
 def _give_legacy_sessions_an_identity(bind: sa.engine.Connection) -> None:

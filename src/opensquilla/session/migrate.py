@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic.autogenerate import compare_metadata
+from alembic.autogenerate import produce_migrations
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -88,13 +88,83 @@ def include_object(
     return table is None or table.name in OUR_TABLES
 
 
+# SQLite stores values by type *affinity*: a legacy ``INTEGER`` column holds what our
+# ``BIGINT`` or ``BOOLEAN`` would, and ``TEXT`` holds our ``JSON``. Such pairs are not drift.
+_SQLITE_AFFINITY = {
+    "INTEGER": "INTEGER",
+    "BIGINT": "INTEGER",
+    "SMALLINT": "INTEGER",
+    "BOOLEAN": "INTEGER",
+    "TEXT": "TEXT",
+    "VARCHAR": "TEXT",
+    "JSON": "TEXT",
+    "REAL": "REAL",
+    "FLOAT": "REAL",
+    "DOUBLE": "REAL",
+    "DOUBLE PRECISION": "REAL",
+}
+
+
+def _affinity(type_: Any, dialect: Any) -> str | None:
+    try:
+        name = str(type_.compile(dialect=dialect)).split("(")[0].strip().upper()
+    except Exception:
+        return None
+    return _SQLITE_AFFINITY.get(name)
+
+
+def compare_type(
+    context: MigrationContext,
+    inspected_column: Any,
+    metadata_column: Any,
+    inspected_type: Any,
+    metadata_type: Any,
+) -> bool | None:
+    """Alembic hook: on SQLite, equal type affinity is no difference; else the default."""
+    dialect = context.dialect
+    if dialect.name != "sqlite":
+        return None
+    left, right = _affinity(inspected_type, dialect), _affinity(metadata_type, dialect)
+    if left is not None and left == right:
+        return False
+    return None
+
+
+def _drop_sqlite_pk_nullability(context: MigrationContext, revision: Any, directives: Any) -> None:
+    """Legacy SQLite tables declare ``TEXT PRIMARY KEY`` / ``INTEGER PRIMARY KEY`` without
+    ``NOT NULL`` (a rowid alias can never be NULL); such a difference is not drift."""
+    if context.dialect.name != "sqlite" or not directives:
+        return
+    upgrade_ops = directives[0].upgrade_ops
+    kept = []
+    for table_ops in upgrade_ops.ops:
+        table = Base.metadata.tables.get(getattr(table_ops, "table_name", ""))
+        inner = getattr(table_ops, "ops", None)
+        if table is not None and inner is not None:
+            table_ops.ops = [
+                op
+                for op in inner
+                if not (
+                    getattr(op, "modify_nullable", None) is not None
+                    and getattr(op, "modify_type", None) is None
+                    and op.column_name in table.c
+                    and table.c[op.column_name].primary_key
+                )
+            ]
+            if not table_ops.ops:
+                continue
+        kept.append(table_ops)
+    upgrade_ops.ops = kept
+
+
 def context_options(dialect_name: str) -> dict[str, Any]:
     """Options every migration context gets, from the CLI or from code."""
     return {
         "target_metadata": Base.metadata,
         "render_as_batch": dialect_name == "sqlite",
         "include_object": include_object,
-        "compare_type": True,
+        "compare_type": compare_type,
+        "process_revision_directives": _drop_sqlite_pk_nullability,
     }
 
 
@@ -178,7 +248,9 @@ class SchemaStatus:
 
 def _check_sync(connection: Connection) -> SchemaStatus:
     context = MigrationContext.configure(connection, opts=context_options(connection.dialect.name))
-    diffs = compare_metadata(context, Base.metadata)
+    script = produce_migrations(context, Base.metadata)
+    _drop_sqlite_pk_nullability(context, None, [script])
+    diffs = script.upgrade_ops.as_diffs() if script.upgrade_ops is not None else []
     return SchemaStatus(
         current=tuple(context.get_current_heads()),
         heads=head_revisions(),
