@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from .archive import write_reset_archive
 from .clock import new_session_id, now_ms
-from .compaction import estimate_tokens_for_length
+from .compaction import CompactionConfig, CompactionResult, Summarizer, estimate_tokens_for_length
+from .compactor import Compactor, MutationContext
 from .errors import (
     InvalidInputError,
     ProtectedFieldError,
@@ -82,8 +83,10 @@ class SessionManager:
         *,
         inject_time_prefix: bool = True,
         time_prefix_tz: str | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self._storage = storage
+        self._compactor = Compactor(storage, summarizer)
         self._memory_sync_notify = memory_sync_notify
         self._inject_time_prefix = inject_time_prefix
         self._time_prefix_tz = time_prefix_tz
@@ -460,3 +463,105 @@ class SessionManager:
         if not isinstance(max_entries, int) or max_entries < 0:
             raise InvalidInputError("max_entries must be a non-negative integer")
         return await self._storage.cap_sessions(max_entries)
+
+    # -- compaction --------------------------------------------------------------------
+
+    async def compact(
+        self,
+        session_key: str,
+        context_window_tokens: int,
+        config: CompactionConfig | None = None,
+        custom_instructions: str | None = None,
+        *,
+        mutation_context: MutationContext | None = None,
+    ) -> str:
+        """Compact if needed; the summary, or ``""`` when nothing was removed."""
+        result = await self.compact_with_result(
+            session_key,
+            context_window_tokens,
+            config,
+            custom_instructions,
+            mutation_context=mutation_context,
+        )
+        return result.summary if result.removed_count else ""
+
+    async def compact_with_result(
+        self,
+        session_key: str,
+        context_window_tokens: int,
+        config: CompactionConfig | None = None,
+        custom_instructions: str | None = None,
+        *,
+        compaction_id: str | None = None,
+        trigger_reason: str | None = None,
+        flush_receipt_status: str | None = None,
+        mutation_context: MutationContext | None = None,
+        summarizer: Summarizer | None = None,
+    ) -> CompactionResult:
+        """Fold the oldest part of the live transcript into an out-of-band summary.
+
+        The removed rows move to the compacted archive (the canonical transcript stays
+        whole), the summary and a portable context state are saved and
+        ``compaction_count`` grows, all in one transaction; or nothing changes and the
+        result says why (``skip_reason``). The summariser runs outside any transaction; if
+        the transcript changed meanwhile the rewrite is skipped (``stale_preimage``).
+        """
+        return await self._compactor.compact_with_result(
+            session_key,
+            context_window_tokens,
+            config,
+            custom_instructions,
+            compaction_id=compaction_id,
+            trigger_reason=trigger_reason,
+            flush_receipt_status=flush_receipt_status,
+            mutation_context=mutation_context,
+            summarizer=summarizer,
+        )
+
+    async def persist_compaction_result(
+        self,
+        session_key: str,
+        summary: str,
+        kept_entries: list[dict[str, Any]],
+        *,
+        compaction_id: str | None = None,
+        trigger_reason: str | None = None,
+        flush_receipt_status: str | None = None,
+    ) -> bool:
+        """Store a summary produced elsewhere and keep ``kept_entries`` as the live tail.
+
+        Positional (SEMANTICS §9): the oldest ``len(live) - len(kept_entries)`` rows are
+        archived; each kept dict reuses the live row at its position when role and content
+        match, otherwise it becomes a new row and the unmatched live row is dropped (not
+        archived; the contract depends on this). An empty summary writes nothing.
+        """
+        return await self._compactor.persist_compaction_result(
+            session_key,
+            summary,
+            kept_entries,
+            compaction_id=compaction_id,
+            trigger_reason=trigger_reason,
+            flush_receipt_status=flush_receipt_status,
+        )
+
+    async def list_degraded_compactions(
+        self, *, agent_id: str | None = None, limit: int = 50
+    ) -> list[SessionSummary]:
+        """The repair queue: summaries whose memory flush was degraded or must be retried."""
+        return await self._storage.list_degraded_summaries(agent_id=agent_id, limit=limit)
+
+    async def get_compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:
+        return await self._compactor.compaction_preimage(summary)
+
+    async def mark_compaction_repair_status(self, summary: SessionSummary, status: str) -> None:
+        if summary.id is None:
+            return
+        await self._storage.update_summary_flush_receipt_status(summary.id, status)
+        summary.flush_receipt_status = status
+
+    async def mark_compaction_flush_receipt_status(
+        self, session_key: str, compaction_id: str, status: str
+    ) -> int:
+        return await self._storage.update_summary_flush_receipt_status_by_compaction(
+            session_key, compaction_id, status
+        )

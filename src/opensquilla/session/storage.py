@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
@@ -23,6 +24,7 @@ from .db.repos import context_states as state_repo
 from .db.repos import sessions as session_repo
 from .db.repos import summaries as summary_repo
 from .db.repos import transcript as transcript_repo
+from .db.tables import sessions as sessions_table
 from .db.uow import Database
 from .errors import (
     InvalidInputError,
@@ -536,6 +538,76 @@ class SessionStorage:
             await session_repo.update_fields(conn, key, {"updated_at": now})
         return True, before, max_messages
 
+    async def rewrite_compacted_session(
+        self,
+        session_key: str,
+        *,
+        expected_session_id: str,
+        expected_epoch: int,
+        expected_live_ids: Sequence[int],
+        archive_count: int,
+        summary: SessionSummary | None,
+        states: Callable[[SessionSummary], Sequence[SessionContextState]] | None = None,
+        drop_ids: Sequence[int] = (),
+        new_entries: Sequence[TranscriptEntry] = (),
+        now: int,
+    ) -> RewriteOutcome:
+        """The atomic compaction commit (SEMANTICS §8.10), with the preimage re-checked
+        inside the transaction.
+
+        Nothing is written (``applied=False``) unless the session is still the expected
+        generation and its live transcript is still exactly ``expected_live_ids``: an append
+        that landed after planning is never lost, with or without a caller lock. Otherwise,
+        in one transaction: the summary (``compaction_index`` assigned here), the first
+        ``archive_count`` live rows copied to the compacted archive and deleted (the rest
+        keep their ids), ``drop_ids`` deleted, ``new_entries`` appended, the context states
+        ``states(summary)`` saved, and ``compaction_count + 1`` and ``updated_at`` set.
+        """
+        key = canonicalize_session_key(session_key)
+        async with self._database.write() as conn:
+            node = await session_repo.get(conn, key, lock="update")
+            if (
+                node is None
+                or node.session_id != expected_session_id
+                or node.epoch != expected_epoch
+            ):
+                return RewriteOutcome(applied=False)
+            positions = await transcript_repo.live_positions(conn, node.session_id)
+            if [row_id for row_id, _ in positions] != list(expected_live_ids):
+                return RewriteOutcome(applied=False)
+            if summary is not None:
+                summary.session_id, summary.session_key = node.session_id, key
+                summary.id, summary.compaction_index = await summary_repo.insert(conn, summary)
+            if archive_count > 0:
+                last_id, last_created = positions[archive_count - 1]
+                boundary = (last_created, last_id)
+                await transcript_repo.archive_prefix(
+                    conn,
+                    session_id=node.session_id,
+                    session_key=key,
+                    boundary=boundary,
+                    compaction_id=summary.compaction_id if summary else None,
+                    compaction_index=summary.compaction_index if summary else None,
+                    archived_at=now,
+                )
+                await transcript_repo.delete_prefix(conn, node.session_id, boundary)
+            await transcript_repo.delete_ids(conn, node.session_id, drop_ids)
+            for entry in new_entries:
+                entry.session_id, entry.session_key = node.session_id, key
+            await transcript_repo.insert_many(conn, new_entries)
+            saved: list[SessionContextState] = []
+            if summary is not None and states is not None:
+                for state in states(summary):
+                    state.session_id, state.session_key = node.session_id, key
+                    state.id = await state_repo.insert(conn, state)
+                    saved.append(state)
+            await session_repo.update_fields(
+                conn,
+                key,
+                {"compaction_count": sessions_table.c.compaction_count + 1, "updated_at": now},
+            )
+        return RewriteOutcome(applied=True, summary=summary, states=tuple(saved))
+
     async def prune_stale(self, updated_before: int, *, batch_size: int = RETENTION_BATCH) -> int:
         """Delete every session with ``updated_at < updated_before``, in bounded batches.
 
@@ -566,6 +638,15 @@ class SessionStorage:
                 deleted += len(await session_repo.delete_cascade(conn, keys))
 
 
+@dataclass(frozen=True)
+class RewriteOutcome:
+    """What :meth:`SessionStorage.rewrite_compacted_session` did."""
+
+    applied: bool
+    summary: SessionSummary | None = None
+    states: tuple[SessionContextState, ...] = ()
+
+
 def _reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
     """What a reset changes on the session row (SEMANTICS §7.1 step 6)."""
     return {
@@ -589,4 +670,4 @@ def _reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
     }
 
 
-__all__ = ["SessionStorage", "StaleEpochError", "StorageNotConnectedError"]
+__all__ = ["RewriteOutcome", "SessionStorage", "StaleEpochError", "StorageNotConnectedError"]

@@ -1,11 +1,41 @@
 """The compaction engine: pure planning and summarising, no I/O, no database, no asyncio.
 
-The manager feeds it transcript dicts and persists what it decides.
+The manager reads the transcript, asks :func:`plan_compaction` where to cut, has each chunk
+summarised (a :class:`Summarizer`, the deterministic fallback by default), asks
+:func:`finish_compaction` for the result, and persists it atomically.
 """
 
 from __future__ import annotations
 
 from .config import CompactionConfig
+from .engine import (
+    CompactionPlan,
+    compact_entries,
+    finish_compaction,
+    normalize_instructions,
+    plan_compaction,
+)
+from .planner import is_assistant_tool_call, is_tool_result
+from .result import ENTRY_KEYS, CompactionRequest, CompactionResult, entry_dict
+from .summarizer import FallbackSummarizer, Summarizer
 from .tokens import entry_tokens, estimate_tokens, estimate_tokens_for_length
 
-__all__ = ["CompactionConfig", "entry_tokens", "estimate_tokens", "estimate_tokens_for_length"]
+__all__ = [
+    "ENTRY_KEYS",
+    "CompactionConfig",
+    "CompactionPlan",
+    "CompactionRequest",
+    "CompactionResult",
+    "FallbackSummarizer",
+    "Summarizer",
+    "compact_entries",
+    "entry_dict",
+    "entry_tokens",
+    "estimate_tokens",
+    "estimate_tokens_for_length",
+    "finish_compaction",
+    "is_assistant_tool_call",
+    "is_tool_result",
+    "normalize_instructions",
+    "plan_compaction",
+]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, literal, select, update
@@ -121,8 +120,3 @@ async def set_flush_status_by_compaction(
 
 async def delete_for_session(conn: AsyncConnection, session_id: str) -> None:
     await conn.execute(summaries.delete().where(summaries.c.session_id == session_id))
-
-
-async def insert_many(conn: AsyncConnection, rows: Sequence[SessionSummary]) -> None:
-    for row in rows:
-        row.id, row.compaction_index = await insert(conn, row)

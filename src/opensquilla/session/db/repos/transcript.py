@@ -274,6 +274,72 @@ async def delete_live_except_last(conn: AsyncConnection, session_id: str, keep: 
     return int((await conn.execute(stmt)).rowcount)
 
 
+async def live_positions(conn: AsyncConnection, session_id: str) -> list[tuple[int, int]]:
+    """``(id, created_at)`` of every live row in transcript order: the preimage a compaction
+    compares. Transcript rows are never updated in place, so their ids determine them."""
+    query = select(live.c.id, live.c.created_at).where(live.c.session_id == session_id)
+    rows = await conn.execute(query.order_by(*LIVE_ORDER))
+    return [(int(row.id), int(row.created_at)) for row in rows]
+
+
+def _through(session_id: str, boundary: tuple[int, int]) -> ColumnElement[bool]:
+    """Live rows of ``session_id`` up to and including ``boundary`` = (created_at, id)."""
+    return (live.c.session_id == session_id) & (
+        tuple_(live.c.created_at, live.c.id) <= tuple_(*boundary)
+    )
+
+
+async def archive_prefix(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    session_key: str,
+    boundary: tuple[int, int],
+    compaction_id: str | None,
+    compaction_index: int | None,
+    archived_at: int,
+) -> int:
+    """Copy the live rows up to ``boundary`` into the compacted archive (one statement);
+    each keeps every payload column and records its live id as ``original_entry_id``."""
+    names = [c.name for c in archive.columns if c.name != "id"]
+    fixed: dict[str, Any] = {
+        "session_id": session_id,
+        "session_key": session_key,
+        "compaction_id": compaction_id,
+        "compaction_index": compaction_index,
+        "archived_at": archived_at,
+    }
+    values: list[Any] = []
+    for name in names:
+        if name in fixed:
+            values.append(literal(fixed[name], type_=archive.c[name].type))
+        elif name == "original_entry_id":
+            values.append(live.c.id)
+        else:
+            values.append(live.c[name])
+    source = select(*values).where(_through(session_id, boundary)).order_by(*LIVE_ORDER)
+    stmt = archive.insert().from_select(names, source)
+    return int((await conn.execute(stmt)).rowcount)
+
+
+async def delete_prefix(conn: AsyncConnection, session_id: str, boundary: tuple[int, int]) -> int:
+    stmt = delete(live).where(_through(session_id, boundary))
+    return int((await conn.execute(stmt)).rowcount)
+
+
+async def delete_ids(conn: AsyncConnection, session_id: str, ids: Sequence[int]) -> int:
+    if not ids:
+        return 0
+    stmt = delete(live).where(live.c.session_id == session_id, live.c.id.in_(list(ids)))
+    return int((await conn.execute(stmt)).rowcount)
+
+
+async def insert_many(conn: AsyncConnection, entries: Sequence[TranscriptEntry]) -> None:
+    """Insert in order; each entry gets its id."""
+    for entry in entries:
+        entry.id = await insert(conn, entry)
+
+
 def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
     if offset:
         query = query.offset(offset)
@@ -284,20 +350,25 @@ def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
 
 __all__ = [
     "append_and_touch",
+    "archive_prefix",
     "canonical_query",
     "copy_archive_to_session",
     "copy_to_session",
     "count_live",
     "delete_all",
     "delete_all_archive",
+    "delete_ids",
     "delete_live",
     "delete_live_except_last",
+    "delete_prefix",
     "find_canonical_position",
     "insert",
     "insert_archive_rows",
     "insert_fenced",
+    "insert_many",
     "list_archive",
     "list_canonical",
     "list_live",
+    "live_positions",
     "token_sum_before",
 ]

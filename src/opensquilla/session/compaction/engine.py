@@ -1,0 +1,190 @@
+"""Compaction as two pure steps around the summariser (SEMANTICS §8.2-8.8).
+
+1. :func:`plan_compaction` sizes every entry, applies the skip checks and the cut planner,
+   and splits the removed part into chunks. The caller then summarises each chunk (the
+   summariser may be a model, so it runs outside this package and outside any transaction).
+2. :func:`finish_compaction` merges the chunk summaries, checks obligation coverage, builds
+   the structured payload, applies the quality gate and returns the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import planner
+from .config import CompactionConfig
+from .fallback import fallback_chunk_summary, merge_chunk_summaries
+from .obligations import check_coverage, extract_obligations
+from .payload import build_payload
+from .result import ENTRY_KEYS, CompactionRequest, CompactionResult
+from .tokens import entry_tokens, estimate_tokens
+
+MAX_CUSTOM_INSTRUCTIONS = 2000
+PREVIOUS_SUMMARY_MARKER = "__prev_summary__:"
+
+
+def normalize_instructions(custom_instructions: str | None) -> tuple[str | None, str | None]:
+    """``(instructions, previous_summary)``; refuses instructions over 2000 characters."""
+    text = (custom_instructions or "").strip()
+    if len(text) > MAX_CUSTOM_INSTRUCTIONS:
+        raise ValueError("custom compaction instructions are too long")
+    if not text:
+        return None, None
+    first, _, rest = text.partition("\n")
+    if first.startswith(PREVIOUS_SUMMARY_MARKER):
+        previous = first[len(PREVIOUS_SUMMARY_MARKER) :].strip() or None
+        return rest.strip() or None, previous
+    return text, None
+
+
+def _kept(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: entry.get(key) for key in ENTRY_KEYS} for entry in entries]
+
+
+@dataclass
+class CompactionPlan:
+    """A planned compaction: either a finished skip, or the chunks to summarise."""
+
+    request: CompactionRequest
+    sizes: list[int]
+    cut: int
+    chunks: list[list[dict[str, Any]]]
+    instructions: str | None
+    previous_summary: str | None
+    skipped: CompactionResult | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def config(self) -> CompactionConfig:
+        return self.request.config
+
+
+def plan_compaction(request: CompactionRequest) -> CompactionPlan:
+    instructions, previous = normalize_instructions(request.custom_instructions)
+    entries = request.entries
+    window = request.context_window_tokens
+    sizes = [entry_tokens(entry) for entry in entries]
+    total = sum(sizes)
+    cut = planner.plan_cut(entries, sizes, window, request.config)
+    plan = CompactionPlan(request, sizes, cut.index, [], instructions, previous)
+    if cut.skip_reason is not None:
+        plan.skipped = CompactionResult(
+            summary="",
+            kept_entries=_kept(entries),
+            removed_count=0,
+            chunks_processed=0,
+            summary_source="skipped",
+            tokens_before=total,
+            tokens_after=total,
+            remaining_budget_tokens=max(window - total, 0),
+            skip_reason=cut.skip_reason,
+        )
+        return plan
+    plan.chunks = [
+        [dict(e) for e in part]
+        for part in planner.chunk(entries[: cut.index], request.config.chunk_ratio)
+    ]
+    return plan
+
+
+def fallback_for(plan: CompactionPlan, index: int) -> str:
+    return fallback_chunk_summary(
+        plan.chunks[index], identifier_policy=str(plan.config.identifier_policy)
+    )
+
+
+def finish_compaction(
+    plan: CompactionPlan, chunk_summaries: Sequence[str | None], chunk_sources: Sequence[str]
+) -> CompactionResult:
+    """The result of ``plan`` given each chunk's summary (``None``: use the fallback) and
+    where each came from (``"llm"`` or ``"fallback"``)."""
+    if plan.skipped is not None:
+        return plan.skipped
+    request, config = plan.request, plan.config
+    window = request.context_window_tokens
+    entries = request.entries
+    parts: list[str] = []
+    llm_parts = 0
+    for index, (text, source) in enumerate(zip(chunk_summaries, chunk_sources, strict=True)):
+        if text and text.strip():
+            parts.append(text.strip())
+            llm_parts += source == "llm"
+        else:
+            parts.append(fallback_for(plan, index))
+    if llm_parts == len(parts):
+        summary_source = "llm"
+    elif llm_parts:
+        summary_source = "mixed"
+    else:
+        summary_source = "fallback"
+    summary = merge_chunk_summaries(parts)
+    if plan.previous_summary:
+        summary = f"[Previous context]\n{plan.previous_summary}\n\n[New context]\n{summary}"
+
+    removed = entries[: plan.cut]
+    kept = entries[plan.cut :]
+    ids = request.entry_ids[: plan.cut] if request.entry_ids is not None else None
+    obligations = extract_obligations(removed, ids)
+    coverage = check_coverage(summary, obligations, blocking=config.coverage_blocking)
+    payload = build_payload(summary, obligations, coverage)
+    kept_tokens = sum(plan.sizes[plan.cut :])
+    tokens_after = estimate_tokens(summary) + kept_tokens
+    result = CompactionResult(
+        summary=summary,
+        kept_entries=_kept(kept),
+        removed_count=len(removed),
+        chunks_processed=len(parts),
+        summary_source=summary_source,
+        tokens_before=plan.total,
+        tokens_after=tokens_after,
+        remaining_budget_tokens=max(window - tokens_after, 0),
+        summary_payload=payload,
+        summary_format="structured_v1",
+        coverage_status=coverage.status,
+        missing_obligations=list(coverage.missing),
+        critical_carry_forward=list(coverage.carry_forward),
+    )
+    if coverage.status == "fail_blocked":
+        result.summary = ""
+        result.removed_count = 0
+        result.kept_entries = _kept(entries)
+        result.tokens_after = plan.total
+        result.remaining_budget_tokens = max(window - plan.total, 0)
+        result.skip_reason = planner.COVERAGE_BLOCKED
+        return result
+
+    protected = config.protected_tail
+    tail_preserved = protected <= 0 or result.kept_entries[-protected:] == _kept(
+        entries[-protected:]
+    )
+    result.quality_report = {
+        "profile": config.compaction_profile,
+        "protected_recent_messages": protected,
+        "protected_tail_preserved": tail_preserved,
+        "compression_ratio": tokens_after / plan.total if plan.total else 0.0,
+        "fits_context_window": tokens_after * config.safety_margin <= window,
+        "passes_structural_gate": bool(
+            result.removed_count > 0 and tail_preserved and tokens_after < plan.total
+        ),
+    }
+    if not result.quality_report["passes_structural_gate"]:
+        result.summary = ""
+        result.removed_count = 0
+        result.kept_entries = _kept(entries)
+        result.tokens_after = plan.total
+        result.remaining_budget_tokens = max(window - plan.total, 0)
+        result.skip_reason = planner.QUALITY_GATE_FAILED
+    return result
+
+
+def compact_entries(request: CompactionRequest) -> CompactionResult:
+    """Plan and finish with the deterministic fallback for every chunk (no summariser)."""
+    plan = plan_compaction(request)
+    if plan.skipped is not None:
+        return plan.skipped
+    return finish_compaction(plan, [None] * len(plan.chunks), ["fallback"] * len(plan.chunks))

@@ -1,0 +1,114 @@
+"""Where to cut: skip checks, keep budget, tool-pair repair, protected tail, turn boundaries
+(SEMANTICS §8.3). Pure functions over transcript dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import CompactionConfig
+
+NO_ENTRIES = "no_entries"
+WITHIN_BUDGET = "within_compaction_budget"
+NO_SAFE_BOUNDARY = "no_safe_turn_boundary"
+PROTECTED_TAIL_EXHAUSTS = "protected_tail_exhausts_compaction_window"
+COVERAGE_BLOCKED = "coverage_blocked"
+QUALITY_GATE_FAILED = "quality_gate_failed"
+EMPTY_SUMMARY = "empty_summary"
+STALE_PREIMAGE = "stale_preimage"
+
+
+def is_assistant_tool_call(entry: Mapping[str, Any]) -> bool:
+    if entry.get("role") != "assistant":
+        return False
+    if entry.get("tool_calls"):
+        return True
+    content = entry.get("content") or ""
+    return "[tool_call:" in content or "[Used tool:" in content
+
+
+def is_tool_result(entry: Mapping[str, Any]) -> bool:
+    if entry.get("role") == "tool" or entry.get("tool_call_id"):
+        return True
+    return (entry.get("content") or "").lstrip().startswith("[Tool result ")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """``entries[:index]`` are summarised away; ``entries[index:]`` stay live."""
+
+    index: int
+    skip_reason: str | None = None
+
+
+def budget_cut(sizes: Sequence[int], keep_budget: int) -> int:
+    """Keep the longest newest suffix whose tokens fit ``keep_budget``."""
+    running = 0
+    start = len(sizes)
+    for index in range(len(sizes) - 1, -1, -1):
+        if running + sizes[index] > keep_budget:
+            break
+        running += sizes[index]
+        start = index
+    return start
+
+
+def repair_pairs(entries: Sequence[Mapping[str, Any]], cut: int) -> int:
+    """Never end the removed part on a tool call whose result is kept."""
+    while (
+        0 < cut < len(entries)
+        and is_assistant_tool_call(entries[cut - 1])
+        and is_tool_result(entries[cut])
+    ):
+        cut -= 1
+    return cut
+
+
+def retreat_to_turn_boundary(entries: Sequence[Mapping[str, Any]], cut: int) -> int:
+    """Move the cut earlier until the kept part does not start inside a tool exchange."""
+    while 0 < cut < len(entries):
+        if is_tool_result(entries[cut]):
+            start = cut
+            while start > 0 and is_tool_result(entries[start - 1]):
+                start -= 1
+            if start > 0 and is_assistant_tool_call(entries[start - 1]):
+                cut = start - 1
+                continue
+            if start < cut:
+                cut = start
+                continue
+        if is_assistant_tool_call(entries[cut - 1]) and is_tool_result(entries[cut]):
+            cut -= 1
+            continue
+        break
+    return max(cut, 0)
+
+
+def plan_cut(
+    entries: Sequence[Mapping[str, Any]],
+    sizes: Sequence[int],
+    window: int,
+    config: CompactionConfig,
+) -> Cut:
+    """The cut for ``entries`` in a ``window``-token context, or the reason to skip."""
+    if not entries:
+        return Cut(0, NO_ENTRIES)
+    total = sum(sizes)
+    if total * config.safety_margin <= window:
+        return Cut(0, WITHIN_BUDGET)
+    cut = budget_cut(sizes, window // 2)
+    cut = repair_pairs(entries, cut)
+    protected = config.protected_tail
+    if protected > 0:
+        cut = max(min(cut, len(entries) - protected), 0)
+    cut = retreat_to_turn_boundary(entries, cut)
+    if cut == 0:
+        return Cut(0, PROTECTED_TAIL_EXHAUSTS if protected > 0 else NO_SAFE_BOUNDARY)
+    return Cut(cut)
+
+
+def chunk(entries: Sequence[Mapping[str, Any]], ratio: float) -> list[list[Mapping[str, Any]]]:
+    """Consecutive slices of ``max(1, int(len * ratio))`` entries (SEMANTICS §8.4)."""
+    size = max(1, int(len(entries) * ratio))
+    return [list(entries[i : i + size]) for i in range(0, len(entries), size)]

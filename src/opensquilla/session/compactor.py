@@ -1,0 +1,311 @@
+"""Compaction use cases: read, plan, summarise outside any transaction, commit atomically.
+
+The pure engine (``compaction/``) decides; this module does the I/O around it. The write is
+``SessionStorage.rewrite_compacted_session``, which re-checks the transcript inside its own
+transaction, so an append that lands while a chunk is being summarised is never lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from .clock import new_compaction_id, now_ms
+from .compaction import (
+    CompactionConfig,
+    CompactionPlan,
+    CompactionRequest,
+    CompactionResult,
+    FallbackSummarizer,
+    Summarizer,
+    entry_dict,
+    finish_compaction,
+    normalize_instructions,
+    plan_compaction,
+)
+from .compaction.obligations import check_coverage, extract_obligations
+from .compaction.payload import build_payload
+from .compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
+from .errors import SessionNotFoundError
+from .keys import canonicalize_session_key
+from .models import SessionContextState, SessionNode, SessionSummary, TranscriptEntry
+from .storage import SessionStorage
+
+log = logging.getLogger(__name__)
+
+MutationContext = Callable[[], AbstractAsyncContextManager[Any]]
+PORTABLE_STATE_KIND = "structured_summary_v1"
+DEGRADED = "degraded_forensic"
+
+
+def flush_status(value: str | None) -> str:
+    """The stored flush-receipt status (SEMANTICS §10.2)."""
+    if not value:
+        return "unknown"
+    return DEGRADED if value == "unsafe" else value
+
+
+def portable_states(now: int) -> Callable[[SessionSummary], list[SessionContextState]]:
+    """The portable context state a structured summary leaves behind (SEMANTICS §8.9)."""
+
+    def build(summary: SessionSummary) -> list[SessionContextState]:
+        if summary.summary_format != "structured_v1" or summary.summary_payload is None:
+            return []
+        payload = dict(summary.summary_payload)
+        if summary.compaction_id:
+            payload["compaction_id"] = summary.compaction_id
+        return [
+            SessionContextState(
+                session_id=summary.session_id,
+                session_key=summary.session_key,
+                provider="portable",
+                model=None,
+                state_kind=PORTABLE_STATE_KIND,
+                payload=payload,
+                covered_through_id=summary.covered_through_id,
+                created_at=now,
+                portable=True,
+                cacheable=True,
+                valid=True,
+            )
+        ]
+
+    return build
+
+
+@contextlib.asynccontextmanager
+async def _entered(context: MutationContext | None) -> AsyncIterator[None]:
+    if context is None:
+        yield
+        return
+    async with context():
+        yield
+
+
+class Compactor:
+    """Compaction, the persisted out-of-band summaries, and the repair queue."""
+
+    def __init__(self, storage: SessionStorage, summarizer: Summarizer | None = None) -> None:
+        self._storage = storage
+        self._summarizer = summarizer
+
+    def summarizer_for(self, config: CompactionConfig) -> Summarizer:
+        if self._summarizer is not None:
+            return self._summarizer
+        if config.llm_enabled:
+            from .llm import OpenAICompatibleSummarizer
+
+            return OpenAICompatibleSummarizer()
+        return FallbackSummarizer()
+
+    async def _read(self, key: str) -> tuple[SessionNode, list[TranscriptEntry]]:
+        node = await self._storage.get_session(key)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return node, await self._storage.get_transcript(node.session_id)
+
+    async def _summarize(
+        self, plan: CompactionPlan, summarizer: Summarizer
+    ) -> tuple[list[str | None], list[str]]:
+        texts: list[str | None] = []
+        sources: list[str] = []
+        for chunk in plan.chunks:
+            try:
+                text = await summarizer.summarize(
+                    chunk, config=plan.config, custom_instructions=plan.instructions
+                )
+            except Exception:
+                log.warning("summariser failed on a chunk; using the fallback", exc_info=True)
+                text = None
+            texts.append(text)
+            sources.append(summarizer.source if text else "fallback")
+        return texts, sources
+
+    async def compact_with_result(
+        self,
+        session_key: str,
+        context_window_tokens: int,
+        config: CompactionConfig | None = None,
+        custom_instructions: str | None = None,
+        *,
+        compaction_id: str | None = None,
+        trigger_reason: str | None = None,
+        flush_receipt_status: str | None = None,
+        mutation_context: MutationContext | None = None,
+        summarizer: Summarizer | None = None,
+    ) -> CompactionResult:
+        config = config or CompactionConfig()
+        normalize_instructions(custom_instructions)  # refuse bad input before any read
+        key = canonicalize_session_key(session_key)
+        async with _entered(mutation_context):
+            node, live = await self._read(key)
+        request = CompactionRequest(
+            session_id=node.session_id,
+            entries=[entry_dict(entry) for entry in live],
+            context_window_tokens=context_window_tokens,
+            config=config,
+            custom_instructions=custom_instructions,
+            entry_ids=[entry.id for entry in live],
+        )
+        plan = plan_compaction(request)
+        if plan.skipped is not None:
+            return plan.skipped
+        texts, sources = await self._summarize(plan, summarizer or self.summarizer_for(config))
+        result = finish_compaction(plan, texts, sources)
+        if result.removed_count == 0:
+            return result
+        if not result.summary.strip():
+            result.skip_reason = result.skip_reason or EMPTY_SUMMARY
+            return result
+        now = now_ms()
+        removed = live[: result.removed_count]
+        summary = SessionSummary(
+            session_id=node.session_id,
+            session_key=key,
+            compaction_id=compaction_id or new_compaction_id(),
+            trigger_reason=trigger_reason,
+            summary_text=result.summary,
+            summary_payload=result.summary_payload,
+            summary_format=result.summary_format,
+            summary_source=result.summary_source,
+            coverage_status=result.coverage_status,
+            missing_obligations=result.missing_obligations,
+            critical_carry_forward=result.critical_carry_forward,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            removed_count=result.removed_count,
+            kept_count=len(result.kept_entries),
+            chunk_count=result.chunks_processed,
+            flush_receipt_status=flush_status(flush_receipt_status),
+            covered_through_id=max(entry.id or 0 for entry in removed),
+            created_at=now,
+        )
+        async with _entered(mutation_context):
+            outcome = await self._storage.rewrite_compacted_session(
+                key,
+                expected_session_id=node.session_id,
+                expected_epoch=node.epoch,
+                expected_live_ids=[entry.id or 0 for entry in live],
+                archive_count=len(removed),
+                summary=summary,
+                states=portable_states(now),
+                now=now,
+            )
+        if outcome.applied:
+            return result
+        log.info("compaction of %s skipped: the transcript changed meanwhile", key)
+        try:
+            _, current = await self._read(key)
+        except SessionNotFoundError:
+            current = []
+        return result.skipped(
+            STALE_PREIMAGE,
+            kept_entries=[entry_dict(entry) for entry in current],
+            window=context_window_tokens,
+        )
+
+    async def persist_compaction_result(
+        self,
+        session_key: str,
+        summary: str,
+        kept_entries: Sequence[Mapping[str, Any]],
+        *,
+        compaction_id: str | None = None,
+        trigger_reason: str | None = None,
+        flush_receipt_status: str | None = None,
+    ) -> bool:
+        """Store a summary the caller already has, with the positional semantics of
+        SEMANTICS §9; ``True`` when something was written."""
+        key = canonicalize_session_key(session_key)
+        node = await self._storage.get_session(key)
+        if node is None:
+            log.warning("persist_compaction_result: session %s not found", key)
+            return False
+        live = await self._storage.get_transcript(node.session_id)
+        removed_count = max(0, len(live) - len(kept_entries))
+        removed, preserved = live[:removed_count], live[removed_count:]
+        if not (summary or "").strip():
+            # Nothing is summarised: removing rows would lose them, and a rewrite with
+            # nothing removed would only renumber rows. Either way: no write.
+            return False
+        now = now_ms()
+        obligations = extract_obligations(
+            [entry_dict(entry) for entry in removed], [entry.id for entry in removed]
+        )
+        coverage = check_coverage(summary, obligations, blocking=False)
+        record = SessionSummary(
+            session_id=node.session_id,
+            session_key=key,
+            compaction_id=compaction_id or new_compaction_id(),
+            trigger_reason=trigger_reason,
+            summary_text=summary,
+            summary_payload=build_payload(summary, obligations, coverage),
+            summary_format="structured_v1",
+            coverage_status=coverage.status,
+            missing_obligations=list(coverage.missing),
+            critical_carry_forward=list(coverage.carry_forward),
+            removed_count=len(removed),
+            kept_count=len(kept_entries),
+            flush_receipt_status=flush_status(flush_receipt_status),
+            covered_through_id=max((entry.id or 0 for entry in removed), default=0),
+            created_at=now,
+        )
+        drop_ids: list[int] = []
+        new_entries: list[TranscriptEntry] = []
+        for position, wanted in enumerate(kept_entries):
+            role = wanted.get("role") or "user"
+            content = wanted.get("content") or ""
+            if position < len(preserved):
+                row = preserved[position]
+                if row.role == role and row.content == content:
+                    continue  # the live row is kept as it is, id included
+                drop_ids.append(row.id or 0)
+            new_entries.append(
+                TranscriptEntry(
+                    session_id=node.session_id,
+                    session_key=key,
+                    role=role,
+                    content=content,
+                    tool_calls=wanted.get("tool_calls"),
+                    tool_call_id=wanted.get("tool_call_id"),
+                    turn_usage=wanted.get("turn_usage"),
+                    created_at=now,
+                )
+            )
+        outcome = await self._storage.rewrite_compacted_session(
+            key,
+            expected_session_id=node.session_id,
+            expected_epoch=node.epoch,
+            expected_live_ids=[entry.id or 0 for entry in live],
+            archive_count=len(removed),
+            summary=record,
+            states=portable_states(now),
+            drop_ids=drop_ids,
+            new_entries=new_entries,
+            now=now,
+        )
+        if not outcome.applied:
+            log.warning(
+                "persist_compaction_result for %s not applied: the transcript changed since "
+                "it was read",
+                key,
+            )
+        return outcome.applied
+
+    async def compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:
+        """The live rows a compaction folded away, as they were (``id`` = their live id)."""
+        if not summary.compaction_id:
+            return []
+        rows = await self._storage.get_compacted_transcript_entries(
+            summary.session_id, compaction_id=summary.compaction_id
+        )
+        return [
+            TranscriptEntry.from_row(
+                {name: getattr(row, name) for name in TranscriptEntry.model_fields if name != "id"}
+                | {"id": row.original_entry_id}
+            )
+            for row in rows
+        ]
