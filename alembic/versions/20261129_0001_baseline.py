@@ -312,6 +312,7 @@ def upgrade() -> None:
     for name, (columns, indexes, options) in TABLES.items():
         if name in existing:
             _widen(bind, name, columns())
+            _advance_id_sequence(bind, name)
         else:
             op.create_table(name, *columns(), **options)
         _ensure_indexes(bind, name, indexes)
@@ -384,6 +385,8 @@ def _convert_sqlite_style_types(
         ):
             # Millisecond timestamps do not fit a 32-bit integer.
             op.alter_column(table, column.name, type_=sa.BigInteger(), existing_type=actual)
+            if column.name == "id":
+                _widen_id_sequence(table)
         elif column.type is JSON and isinstance(actual, sa.String | sa.Text):
             default = column.server_default
             if default is not None:
@@ -397,6 +400,42 @@ def _convert_sqlite_style_types(
             )
             if default is not None:
                 op.alter_column(table, column.name, server_default=default.arg)
+
+
+def _widen_id_sequence(table: str) -> None:
+    """A SERIAL's sequence is ``AS integer``; widen it with its column. The name comes
+    from the catalog (``pg_get_serial_sequence`` returns it quoted as needed)."""
+    bind = op.get_bind()
+    sequence = bind.execute(
+        sa.text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table}
+    ).scalar()
+    if sequence is not None:
+        op.execute(sa.text(f"ALTER SEQUENCE {sequence} AS bigint"))
+
+
+def _advance_id_sequence(bind: sa.engine.Connection, table: str) -> None:
+    """Rows ported to Postgres with their ids (which other rows refer to) leave the id
+    sequence behind them; move it past the largest id, never backwards, so new rows neither
+    collide with nor reuse a legacy id."""
+    if bind.dialect.name != "postgresql" or table == "sessions":
+        return
+    sequence = bind.execute(
+        sa.text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table}
+    ).scalar()
+    highest = bind.execute(sa.select(sa.func.max(sa.column("id"))).select_from(sa.table(table)))
+    top = highest.scalar()
+    if sequence is None or top is None:
+        return
+    # ``pg_sequences.last_value`` is NULL for a sequence never used; GREATEST skips NULLs.
+    bind.execute(
+        sa.text(
+            "SELECT setval(CAST(:s AS regclass), GREATEST(:top, ("
+            "SELECT last_value FROM pg_sequences "
+            "WHERE CAST(format('%I.%I', schemaname, sequencename) AS regclass)"
+            " = CAST(:s AS regclass))))"
+        ),
+        {"s": sequence, "top": top},
+    )
 
 
 def _give_legacy_sessions_an_identity(bind: sa.engine.Connection) -> None:

@@ -1,7 +1,9 @@
 """Reset archives: the old generation of a session, written before it is deleted.
 
 One JSON file per reset, owner-only (0600) in an owner-only (0700) directory whatever the
-umask, written atomically (temporary file, fsync, rename, directory fsync). The directory is
+umask. It is written and fsynced under a temporary name inside the reset transaction,
+before anything is deleted, and renamed into place only once the reset has committed; a
+reset that rolls back removes it. The directory is
 ``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, resolved at each reset, else the opensquilla home's
 ``session-archive``.
 """
@@ -13,11 +15,10 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from .config import archive_directory
-from .files import write_atomically
+from .files import StagedFile, stage_file
 from .models import GenerationSnapshot
 
 ARCHIVE_SCHEMA_VERSION = 1
@@ -42,10 +43,11 @@ def archive_document(snapshot: GenerationSnapshot, *, reason: str, now_ms: int) 
     }
 
 
-async def write_reset_archive(
+async def stage_reset_archive(
     snapshot: GenerationSnapshot, *, now_ms: int, reason: str = "reset_same_key"
-) -> Path | None:
-    """Write the archive of ``snapshot``; ``None`` when the generation held nothing."""
+) -> StagedFile | None:
+    """Write the archive of ``snapshot`` under a temporary name (fsynced, owner-only);
+    ``None`` when the generation held nothing. Publish it once the reset has committed."""
     if not snapshot.transcript and not snapshot.summaries:
         return None
     document = archive_document(snapshot, reason=reason, now_ms=now_ms)
@@ -54,4 +56,4 @@ async def write_reset_archive(
         f"{now_ms}-{safe_name_part(snapshot.session.session_key)}-"
         f"{safe_name_part(snapshot.session.session_id)}-{uuid.uuid4().hex[:8]}.json"
     )
-    return await asyncio.to_thread(write_atomically, archive_directory(), name, data)
+    return await asyncio.to_thread(stage_file, archive_directory(), name, data)

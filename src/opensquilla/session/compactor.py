@@ -118,7 +118,11 @@ class Compactor:
                     chunk, config=plan.config, custom_instructions=plan.instructions
                 )
             except Exception:
-                log.warning("summariser failed on a chunk; using the fallback", exc_info=True)
+                log.warning(
+                    "summariser failed on a chunk; using the fallback",
+                    exc_info=True,
+                    extra={"operation": "compact"},
+                )
                 text = None
             texts.append(text)
             sources.append(summarizer.source if text else "fallback")
@@ -196,7 +200,11 @@ class Compactor:
             )
         if outcome.applied:
             return result
-        log.info("compaction of %s skipped: the transcript changed meanwhile", key)
+        log.info(
+            "compaction of %s skipped: the transcript changed meanwhile",
+            key,
+            extra={"session_key": key, "operation": "compact"},
+        )
         try:
             _, current = await self._read(key)
         except SessionNotFoundError:
@@ -222,14 +230,18 @@ class Compactor:
         key = canonicalize_session_key(session_key)
         node = await self._storage.get_session(key)
         if node is None:
-            log.warning("persist_compaction_result: session %s not found", key)
+            log.warning(
+                "persist_compaction_result: session %s not found",
+                key,
+                extra={"session_key": key, "operation": "persist_compaction_result"},
+            )
             return False
         live = await self._storage.get_transcript(node.session_id)
         removed_count = max(0, len(live) - len(kept_entries))
         removed, preserved = live[:removed_count], live[removed_count:]
-        if not (summary or "").strip():
-            # Nothing is summarised: removing rows would lose them, and a rewrite with
-            # nothing removed would only renumber rows. Either way: no write.
+        if not removed or not (summary or "").strip():
+            # Nothing removed: there is nothing to summarise or archive. No summary: the
+            # removed rows would be lost. Either way, no write.
             return False
         now = now_ms()
         obligations = extract_obligations(
@@ -292,6 +304,7 @@ class Compactor:
                 "persist_compaction_result for %s not applied: the transcript changed since "
                 "it was read",
                 key,
+                extra={"session_key": key, "operation": "persist_compaction_result"},
             )
         return outcome.applied
 

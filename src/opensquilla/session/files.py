@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 DIR_MODE = 0o700
@@ -43,11 +44,30 @@ def ensure_private_file(path: Path) -> None:
     os.chmod(path, FILE_MODE)
 
 
-def write_atomically(directory: Path, name: str, data: bytes) -> Path:
-    """Write ``directory/name`` owner-only and atomically: temporary file, fsync, rename,
-    directory fsync. A reader sees the old state or the whole new file, never a part."""
+@dataclass(frozen=True)
+class StagedFile:
+    """A complete, fsynced file under a temporary name, waiting to be published."""
+
+    temporary: Path
+    final: Path
+
+    def publish(self) -> Path:
+        """Rename into place and fsync the directory: readers see all of it or nothing."""
+        os.replace(self.temporary, self.final)
+        dir_fd = os.open(self.final.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return self.final
+
+    def discard(self) -> None:
+        self.temporary.unlink(missing_ok=True)
+
+
+def stage_file(directory: Path, name: str, data: bytes) -> StagedFile:
+    """Write ``data`` owner-only to a temporary file beside ``directory/name`` and fsync it."""
     ensure_private_dir(directory)
-    final = directory / name
     temporary = directory / f".{name}.{uuid.uuid4().hex}.tmp"
     fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
     try:
@@ -61,10 +81,10 @@ def write_atomically(directory: Path, name: str, data: bytes) -> Path:
         temporary.unlink(missing_ok=True)
         raise
     os.close(fd)
-    os.replace(temporary, final)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return final
+    return StagedFile(temporary, directory / name)
+
+
+def write_atomically(directory: Path, name: str, data: bytes) -> Path:
+    """Write ``directory/name`` owner-only and atomically: temporary file, fsync, rename,
+    directory fsync. A reader sees the old state or the whole new file, never a part."""
+    return stage_file(directory, name, data).publish()

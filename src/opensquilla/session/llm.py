@@ -40,7 +40,7 @@ def format_chunk(chunk: Sequence[Mapping[str, Any]]) -> str:
             content = content[:MAX_MESSAGE_CHARS] + "..."
         calls = entry.get("tool_calls") or []
         names = [
-            str(call.get("name") or call.get("function", {}).get("name") or call.get("type"))
+            str(call.get("name") or (call.get("function") or {}).get("name") or call.get("type"))
             for call in calls
             if isinstance(call, Mapping)
         ]
@@ -91,7 +91,8 @@ class OpenAICompatibleSummarizer:
         except ImportError:
             log.warning(
                 "httpx is not installed (pip install 'opensquilla-session[llm]'); "
-                "using the fallback summary"
+                "using the fallback summary",
+                extra={"operation": "summarize"},
             )
             return None
         try:
@@ -107,7 +108,9 @@ class OpenAICompatibleSummarizer:
                 text = response.json()["choices"][0]["message"]["content"]
         except Exception as exc:  # any failure means: fall back for this chunk
             log.warning(
-                "LLM summariser failed (%s); using the fallback summary", type(exc).__name__
+                "LLM summariser failed (%s); using the fallback summary",
+                type(exc).__name__,
+                extra={"operation": "summarize"},
             )
             return None
         return text.strip() if isinstance(text, str) and text.strip() else None

@@ -7,14 +7,18 @@ makes it happen atomically.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from .archive import write_reset_archive
+from .archive import stage_reset_archive
 from .clock import new_session_id, now_ms
 from .compaction import CompactionConfig, CompactionResult, Summarizer, estimate_tokens_for_length
 from .compactor import Compactor, MutationContext
@@ -26,6 +30,7 @@ from .errors import (
     SessionNotFoundError,
     StaleEpochError,
 )
+from .files import StagedFile
 from .keys import canonicalize_session_key, normalize_agent_id, require_session_key
 from .models import (
     GenerationSnapshot,
@@ -36,6 +41,7 @@ from .models import (
     SessionSummary,
     TranscriptEntry,
 )
+from .operations import DeletionPreview, ResetReport
 from .storage import SessionStorage
 from .timeprefix import stamp
 
@@ -64,6 +70,7 @@ PROVENANCE_KEYS = (
     "source_tool",
 )
 _RESET_ATTEMPTS = 5
+GENERATION_CACHE_SIZE = 10_000
 
 
 def _invalid(exc: ValidationError) -> InvalidInputError:
@@ -90,24 +97,47 @@ class SessionManager:
         self._memory_sync_notify = memory_sync_notify
         self._inject_time_prefix = inject_time_prefix
         self._time_prefix_tz = time_prefix_tz
-        self._epochs: dict[str, int] = {}
+        # key -> (session_id, epoch) of the generation last seen, least recently used first.
+        # Appends fence on both, so a stale entry (another process reset or re-created the
+        # session) is caught by the database and refreshed, never trusted.
+        self._generations: OrderedDict[str, tuple[str, int]] = OrderedDict()
 
     @property
     def storage(self) -> SessionStorage:
         return self._storage
 
     def get_cached_epoch(self, session_key: str) -> int | None:
-        return self._epochs.get(canonicalize_session_key(session_key))
+        cached = self._generations.get(canonicalize_session_key(session_key))
+        return cached[1] if cached is not None else None
 
     def set_cached_epoch(self, session_key: str, epoch: int) -> None:
-        self._epochs[canonicalize_session_key(session_key)] = epoch
+        key = canonicalize_session_key(session_key)
+        cached = self._generations.get(key)
+        if cached is not None and cached[1] != epoch:
+            del self._generations[key]  # the next operation reads the row again
+
+    def _remember(self, node: SessionNode) -> SessionNode:
+        self._generations[node.session_key] = (node.session_id, node.epoch)
+        self._generations.move_to_end(node.session_key)
+        if len(self._generations) > GENERATION_CACHE_SIZE:
+            self._generations.popitem(last=False)
+        return node
 
     async def _require(self, session_key: str) -> SessionNode:
         key = canonicalize_session_key(session_key)
         node = await self._storage.get_session(key)
         if node is None:
+            self._generations.pop(key, None)
             raise SessionNotFoundError(f"Session not found: {key}")
-        return node
+        return self._remember(node)
+
+    async def _generation(self, key: str) -> tuple[tuple[str, int], bool]:
+        """The current generation of ``key``, and whether it came from the cache."""
+        cached = self._generations.get(key)
+        if cached is not None:
+            return cached, True
+        node = await self._require(key)
+        return (node.session_id, node.epoch), False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -135,35 +165,37 @@ class SessionManager:
         except ValidationError as exc:
             raise _invalid(exc) from None
 
-    async def create(self, session_key: str, agent_id: str = "main", **kwargs: Any) -> SessionNode:
+    async def create(
+        self, session_key: str, /, agent_id: str = "main", **kwargs: Any
+    ) -> SessionNode:
         """A new session (``SessionExistsError``, a ``ValueError``, if the key is taken)."""
         node = self._new_node(session_key, agent_id, kwargs)
         if not await self._storage.create_session(node):
             raise SessionExistsError(f"Session already exists: {node.session_key}")
-        self._epochs[node.session_key] = node.epoch
-        return node
+        return self._remember(node)
 
     async def get_session(self, session_key: str) -> SessionNode | None:
         """The session row, or ``None``; never touches ``updated_at``."""
-        return await self._storage.get_session(session_key)
+        node = await self._storage.get_session(session_key)
+        return self._remember(node) if node is not None else None
 
     async def get_or_create(
-        self, session_key: str, agent_id: str = "main", **kwargs: Any
+        self, session_key: str, /, agent_id: str = "main", **kwargs: Any
     ) -> tuple[SessionNode, bool]:
         """The existing row untouched, or a new one; race-safe (exactly one creator wins)."""
         node = self._new_node(session_key, agent_id, kwargs)
         while True:
             existing = await self._storage.get_session(node.session_key)
             if existing is not None:
-                return existing, False
+                return self._remember(existing), False
             if await self._storage.create_session(node):
-                self._epochs[node.session_key] = node.epoch
-                return node, True
+                return self._remember(node), True
 
     async def apply_intent(
         self,
         session_key: str,
         intent: SessionIntent | str,
+        /,
         *,
         agent_id: str = "main",
         **create_kwargs: Any,
@@ -185,17 +217,26 @@ class SessionManager:
         return node, False
 
     async def reset(self, session_key: str) -> SessionNode:
-        """Start a new generation of the key (SEMANTICS §7), in one transaction.
+        """Start a new generation of the key (SEMANTICS §7); see :meth:`reset_with_report`."""
+        return (await self.reset_with_report(session_key)).session
 
-        The old generation is archived to a file first (best effort: a failed write is
-        logged and the reset goes on, as the contract requires); then its transcript,
-        compacted archive and summaries are deleted, its context states invalidated, the
-        epoch bumped and the identity and counters renewed. Another writer's concurrent
-        change makes the compare-and-set fail; the reset then re-reads and tries again.
+    async def reset_with_report(self, session_key: str) -> ResetReport:
+        """Start a new generation of the key, in one transaction, and say where the old one
+        went.
+
+        Inside the transaction the old generation (canonical transcript and summaries) is
+        first written to an archive file under a temporary name and fsynced; then its
+        transcript, compacted archive and summaries are deleted, its context states
+        invalidated, the epoch bumped and the identity and counters renewed. After the
+        commit the archive is renamed into place; if the transaction rolls back it is
+        removed. A failed archive write is logged and the reset goes on, as the contract
+        requires. Another writer's concurrent change makes the compare-and-set fail; the
+        reset then re-reads and tries again.
         """
         key = canonicalize_session_key(session_key)
         for _ in range(_RESET_ATTEMPTS):
             node = await self._require(key)
+            staged: list[StagedFile] = []
             try:
                 renewed = await self._storage.reset_session(
                     key,
@@ -203,39 +244,61 @@ class SessionManager:
                     expected_epoch=node.epoch,
                     new_session_id=new_session_id(),
                     now=now_ms(),
-                    before_commit=self._archive_generation,
+                    before_commit=functools.partial(self._stage_archive, staged),
                 )
-            except StaleEpochError:
-                continue
-            self._epochs[key] = renewed.epoch
-            return renewed
+            except BaseException as exc:
+                for file in staged:
+                    await asyncio.to_thread(file.discard)
+                if isinstance(exc, StaleEpochError):
+                    continue
+                raise
+            path = None
+            for file in staged:
+                path = await self._publish_archive(file, key)
+            return ResetReport(self._remember(renewed), node.session_id, path)
         raise StaleEpochError(f"reset of {key} kept racing other writers; not applied")
 
-    async def _archive_generation(self, snapshot: GenerationSnapshot) -> None:
+    async def _stage_archive(self, staged: list[StagedFile], snapshot: GenerationSnapshot) -> None:
         try:
-            path = await write_reset_archive(snapshot, now_ms=now_ms())
+            file = await stage_reset_archive(snapshot, now_ms=now_ms())
         except Exception:
             log.warning(
                 "reset archive for %s (%s) could not be written; the reset goes on",
                 snapshot.session.session_key,
                 snapshot.session.session_id,
                 exc_info=True,
+                extra={"session_key": snapshot.session.session_key, "operation": "reset"},
             )
             return
-        if path is not None:
-            log.info(
-                "archived %s generation %s to %s",
-                snapshot.session.session_key,
-                snapshot.session.session_id,
-                path,
+        if file is not None:
+            staged.append(file)
+
+    @staticmethod
+    async def _publish_archive(file: StagedFile, key: str) -> Path | None:
+        try:
+            path = await asyncio.to_thread(file.publish)
+        except OSError:
+            log.warning(
+                "reset archive %s could not be renamed into place; it is kept under that name",
+                file.temporary,
+                exc_info=True,
+                extra={"session_key": key, "operation": "reset"},
             )
+            return file.temporary
+        log.info(
+            "archived the previous generation of %s to %s",
+            key,
+            path,
+            extra={"session_key": key, "operation": "reset"},
+        )
+        return path
 
     async def resume(self, session_key: str) -> SessionNode:
         """Touch ``updated_at``; ``KeyError`` if the session is missing."""
         key = canonicalize_session_key(session_key)
         return await self._storage.update_session_fields(key, {"updated_at": now_ms()})
 
-    async def update(self, session_key: str, **fields: Any) -> SessionNode:
+    async def update(self, session_key: str, /, **fields: Any) -> SessionNode:
         """Set mutable fields (one narrow UPDATE); identity, key and epoch are refused."""
         key = canonicalize_session_key(session_key)
         unknown = set(fields) - SESSION_FIELDS
@@ -300,31 +363,40 @@ class SessionManager:
             raise InvalidInputError(
                 f"token_count must be a non-negative integer, not {token_count!r}"
             )
-        node = await self._require(session_key)
+        key = canonicalize_session_key(session_key)
         if role == "user" and self._inject_time_prefix and isinstance(content, str):
             content = stamp(content, timezone=self._time_prefix_tz)
         assistant = role == "assistant"
         origin = dict(provenance or {})
-        try:
-            entry = TranscriptEntry(
-                session_id=node.session_id,
-                session_key=node.session_key,
-                role=role,
-                content=content,
-                tool_calls=tool_calls,
-                tool_call_id=tool_call_id,
-                reasoning_content=reasoning_content if assistant else None,
-                turn_usage=turn_usage if assistant else None,
-                turn_context=turn_context,
-                token_count=token_count,
-                **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
-            )
-        except ValidationError as exc:
-            raise _invalid(exc) from None
         delta = token_count if token_count and turn_usage is None else 0
-        await self._storage.append_message_entry(
-            entry, expected_epoch=node.epoch, now=now_ms(), token_delta=delta
-        )
+        while True:
+            (session_id, epoch), cached = await self._generation(key)
+            try:
+                entry = TranscriptEntry(
+                    session_id=session_id,
+                    session_key=key,
+                    role=role,
+                    content=content,
+                    tool_calls=tool_calls,
+                    tool_call_id=tool_call_id,
+                    reasoning_content=reasoning_content if assistant else None,
+                    turn_usage=turn_usage if assistant else None,
+                    turn_context=turn_context,
+                    token_count=token_count,
+                    **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
+                )
+            except ValidationError as exc:
+                raise _invalid(exc) from None
+            try:
+                await self._storage.append_message_entry(
+                    entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
+                )
+            except StaleEpochError:
+                self._generations.pop(key, None)
+                if cached:
+                    continue  # our cached generation was old: read the row and try once more
+                raise
+            break
         await self._notify_memory_sync(entry)
         return entry
 
@@ -337,7 +409,12 @@ class SessionManager:
             if inspect.isawaitable(result):
                 await result
         except Exception:
-            log.warning("memory sync notification failed for %s", entry.session_key, exc_info=True)
+            log.warning(
+                "memory sync notification failed for %s",
+                entry.session_key,
+                exc_info=True,
+                extra={"session_key": entry.session_key, "operation": "append_message"},
+            )
 
     async def get_transcript(
         self, session_key: str, limit: int | None = None, offset: int = 0
@@ -565,3 +642,27 @@ class SessionManager:
         return await self._storage.update_summary_flush_receipt_status_by_compaction(
             session_key, compaction_id, status
         )
+
+    # -- operator tools ----------------------------------------------------------------
+
+    async def preview_reset(self, session_key: str) -> DeletionPreview:
+        """What :meth:`reset` would delete and invalidate now; nothing is changed."""
+        return await self._storage.preview_reset(session_key)
+
+    async def preview_truncate(self, session_key: str, max_messages: int = 20) -> DeletionPreview:
+        """What :meth:`truncate` would delete now; nothing is changed."""
+        if not isinstance(max_messages, int) or max_messages < 0:
+            raise InvalidInputError("max_messages must be >= 0")
+        return await self._storage.preview_truncate(session_key, max_messages)
+
+    async def preview_prune_stale(self, max_age_ms: int) -> DeletionPreview:
+        """What :meth:`prune_stale` would delete now; nothing is changed."""
+        if not isinstance(max_age_ms, int) or max_age_ms < 0:
+            raise InvalidInputError("max_age_ms must be a non-negative integer")
+        return await self._storage.preview_prune(now_ms() - max_age_ms)
+
+    async def preview_cap_entries(self, max_entries: int = 500) -> DeletionPreview:
+        """What :meth:`cap_entries` would delete now; nothing is changed."""
+        if not isinstance(max_entries, int) or max_entries < 0:
+            raise InvalidInputError("max_entries must be a non-negative integer")
+        return await self._storage.preview_cap(max_entries)

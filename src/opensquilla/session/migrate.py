@@ -10,9 +10,11 @@ others wait, then find the schema at head.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,7 +171,7 @@ def context_options(dialect_name: str) -> dict[str, Any]:
 
 
 async def _run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
-    async with translated_errors(), engine.connect() as conn:
+    async with _one_migration_per_process(), translated_errors(), engine.connect() as conn:
         if engine.dialect.name == "sqlite":
             await conn.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
         async with conn.begin():
@@ -210,6 +212,23 @@ async def stamp(engine: AsyncEngine, revision: str) -> None:
     await _run_locked(engine, _command(command.stamp, revision))
 
 
+# Alembic keeps the running migration in module-level state (``alembic.context``), so two
+# migrations may not run at once in one process, even on different databases or loops.
+_in_process = threading.Lock()
+
+
+@contextlib.asynccontextmanager
+async def _one_migration_per_process() -> AsyncIterator[None]:
+    # A thread lock (loops and threads may both migrate), taken without blocking the loop;
+    # an asyncio.Event would be bound to one loop.
+    while not _in_process.acquire(blocking=False):  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+    try:
+        yield
+    finally:
+        _in_process.release()
+
+
 async def ensure_head(engine: AsyncEngine) -> bool:
     """Bring the schema to head if it is not there; return whether anything ran.
 
@@ -226,7 +245,11 @@ async def ensure_head(engine: AsyncEngine) -> bool:
             "opensquilla-session does not know (it was migrated by a newer version); "
             "upgrade the package"
         )
-    log.info("migrating database schema to %s", ", ".join(sorted(heads)))
+    log.info(
+        "migrating database schema to %s",
+        ", ".join(sorted(heads)),
+        extra={"operation": "migrate"},
+    )
     await upgrade(engine, "head")
     return True
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .clock import new_message_id, new_session_id, now_ms
 
@@ -70,6 +70,13 @@ class FlushReceiptStatus(StrEnum):
 
 
 _set = object.__setattr__
+
+
+def _refuse_nul(cls: type, value: str | None) -> str | None:
+    """Identifier-like text may not hold NUL (Postgres could not store it as plain text)."""
+    if value is not None and "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
 
 
 class _Record(BaseModel):
@@ -185,6 +192,19 @@ class TranscriptEntry(_Record):
     provenance_source_tool: str | None = None
     schema_version: int = 1
 
+    _identifiers_have_no_nul = field_validator(
+        "session_id",
+        "session_key",
+        "message_id",
+        "role",
+        "tool_call_id",
+        "provenance_kind",
+        "provenance_origin_session_id",
+        "provenance_source_session_key",
+        "provenance_source_channel",
+        "provenance_source_tool",
+    )(_refuse_nul)
+
 
 class CompactedTranscriptEntry(_Record):
     """One row of the compacted archive (table ``compacted_transcript_entries``)."""
@@ -212,6 +232,19 @@ class CompactedTranscriptEntry(_Record):
     provenance_source_tool: str | None = None
     archived_at: int = Field(default_factory=now_ms)
     schema_version: int = 1
+
+    _identifiers_have_no_nul = field_validator(
+        "session_id",
+        "session_key",
+        "message_id",
+        "role",
+        "tool_call_id",
+        "provenance_kind",
+        "provenance_origin_session_id",
+        "provenance_source_session_key",
+        "provenance_source_channel",
+        "provenance_source_tool",
+    )(_refuse_nul)
 
 
 class SessionSummary(_Record):

@@ -15,18 +15,22 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import migrate
 from .db.dsn import StorageTarget, parse_target
 from .db.engine import SqliteSynchronous, create_engine
+from .db.errors import translated_errors
 from .db.repos import context_states as state_repo
+from .db.repos import overview as overview_repo
 from .db.repos import sessions as session_repo
 from .db.repos import summaries as summary_repo
 from .db.repos import transcript as transcript_repo
+from .db.repos import transfer as transfer_repo
 from .db.tables import sessions as sessions_table
 from .db.uow import Database
 from .errors import (
+    DatabaseUnavailableError,
     InvalidInputError,
     MessageNotFoundError,
     SessionExistsError,
@@ -44,6 +48,7 @@ from .models import (
     SessionSummary,
     TranscriptEntry,
 )
+from .operations import DeletionPreview, IfExists, SessionRows, StoreCounts, TableLayout
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +126,13 @@ class SessionStorage:
             echo=self._echo,
         )
         try:
-            await migrate.ensure_head(engine)
+            async with translated_errors():
+                try:
+                    await migrate.ensure_head(engine)
+                except OSError as exc:
+                    raise DatabaseUnavailableError(
+                        f"cannot connect to {self._target.render()}: {exc}"
+                    ) from exc
         except BaseException:
             await engine.dispose()
             raise
@@ -193,9 +204,13 @@ class SessionStorage:
                 conn,
                 agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
                 status=str(status) if status is not None else None,
-                spawned_by=canonicalize_session_key(spawned_by) if spawned_by else None,
+                spawned_by=(
+                    canonicalize_session_key(spawned_by) if spawned_by is not None else None
+                ),
                 parent_session_key=(
-                    canonicalize_session_key(parent_session_key) if parent_session_key else None
+                    canonicalize_session_key(parent_session_key)
+                    if parent_session_key is not None
+                    else None
                 ),
                 limit=limit,
                 offset=offset,
@@ -250,7 +265,8 @@ class SessionStorage:
         self, entry: TranscriptEntry, *, expected_epoch: int | None = None
     ) -> TranscriptEntry:
         """Insert ``entry`` (its ``id`` is set). With ``expected_epoch`` the insert happens
-        only while the session holds exactly that epoch (``StaleEpochError`` otherwise)."""
+        only while the session is still the entry's generation (``session_id``) at exactly
+        that epoch; otherwise ``StaleEpochError`` and nothing is written."""
         entry.session_key = canonicalize_session_key(entry.session_key)
         async with self._database.write() as conn:
             if expected_epoch is None:
@@ -258,7 +274,7 @@ class SessionStorage:
                 return entry
             new_id = await transcript_repo.insert_fenced(conn, entry, expected_epoch)
             if new_id is None:
-                await self._raise_stale(conn, entry.session_key, expected_epoch)
+                await self._raise_stale(conn, entry, expected_epoch)
             entry.id = new_id
         return entry
 
@@ -270,22 +286,37 @@ class SessionStorage:
         now: int,
         token_delta: int = 0,
     ) -> TranscriptEntry:
-        """The manager's append: the epoch fence, the insert and the session touch
-        (``updated_at``, ``total_tokens + delta``) commit together or not at all."""
+        """The manager's append: the fence (key, epoch, session id), the insert and the
+        session touch (``updated_at``, ``total_tokens + delta``) commit together or not at
+        all. On Postgres this is a single statement."""
         entry.session_key = canonicalize_session_key(entry.session_key)
-        async with self._database.write() as conn:
-            new_id = await transcript_repo.append_and_touch(
-                conn, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        unit = (
+            self._database.write_statement if self._database.is_postgres else (self._database.write)
+        )
+        async with unit() as conn:
+            new_id = await conn.run_sync(
+                transcript_repo.append_and_touch,
+                entry,
+                expected_epoch=expected_epoch,
+                now=now,
+                token_delta=token_delta,
             )
-            if new_id is None:
-                await self._raise_stale(conn, entry.session_key, expected_epoch)
-            entry.id = new_id
+        if new_id is None:
+            async with self._database.read() as conn:
+                await self._raise_stale(conn, entry, expected_epoch)
+        entry.id = new_id
         return entry
 
     @staticmethod
-    async def _raise_stale(conn: object, key: str, expected: int) -> None:
-        actual = await session_repo.get_epoch(conn, key)  # type: ignore[arg-type]
-        raise StaleEpochError(f"Epoch mismatch for {key}: expected {expected}, got {actual}")
+    async def _raise_stale(conn: AsyncConnection, entry: TranscriptEntry, expected: int) -> None:
+        key = entry.session_key
+        node = await session_repo.get(conn, key)
+        if node is None or node.epoch != expected:
+            actual = node.epoch if node is not None else None
+            raise StaleEpochError(f"Epoch mismatch for {key}: expected {expected}, got {actual}")
+        raise StaleEpochError(
+            f"Generation mismatch for {key}: expected {entry.session_id}, got {node.session_id}"
+        )
 
     async def get_transcript(
         self, session_id: str, limit: int | None = None, offset: int = 0
@@ -325,6 +356,7 @@ class SessionStorage:
 
     async def save_summary(self, summary: SessionSummary) -> SessionSummary:
         """Insert; ``compaction_index`` is assigned in the transaction (max + 1 per session)."""
+        summary.session_key = canonicalize_session_key(summary.session_key)
         async with self._database.write() as conn:
             summary.id, summary.compaction_index = await summary_repo.insert(conn, summary)
         return summary
@@ -636,6 +668,104 @@ class SessionStorage:
                     return deleted
                 keys = await session_repo.oldest_keys(conn, min(excess, batch_size))
                 deleted += len(await session_repo.delete_cascade(conn, keys))
+
+    # -- operator tools: whole sessions, deletion previews, counts ---------------------
+
+    async def connect_without_migrating(self) -> None:
+        """Open the engine and leave the schema exactly as it is.
+
+        For tools that inspect or move the schema themselves (``db current``, ``db check``,
+        ``db downgrade``); every other operation needs the schema at head (``connect()``).
+        """
+        if self._db is not None:
+            return
+        if self._target.path is not None:
+            ensure_private_file(self._target.path)
+        engine = create_engine(
+            self._target,
+            sqlite_synchronous=self._sqlite_synchronous,
+            pool_size=self._pool_size,
+            echo=self._echo,
+        )
+        self._db = Database(engine, self._target)
+
+    @staticmethod
+    def table_layout() -> TableLayout:
+        """Every table's columns, in order, with the kind of value each holds."""
+        return transfer_repo.table_layout()
+
+    async def list_session_keys(self) -> list[str]:
+        """Every session key, in no particular order."""
+        async with self._database.read() as conn:
+            return await transfer_repo.all_session_keys(conn)
+
+    async def existing_session_keys(self, session_keys: Sequence[str]) -> set[str]:
+        """Which of these keys (as given, not canonicalised) have a session row."""
+        async with self._database.read() as conn:
+            return await transfer_repo.existing_keys(conn, list(session_keys))
+
+    async def read_session_rows(self, session_keys: Sequence[str]) -> list[SessionRows]:
+        """Whole sessions with every column of every row they own, from one snapshot.
+
+        Keys are used as given (legacy keys need not be canonical); missing ones are left
+        out. Child rows are those whose ``session_key`` is the session's, every generation.
+        """
+        async with self._database.read(snapshot=True) as conn:
+            return await transfer_repo.read_rows(conn, list(session_keys))
+
+    async def insert_session_rows(self, rows: SessionRows, *, if_exists: IfExists = "fail") -> bool:
+        """Insert a whole session exactly as given, ids included, in one transaction.
+
+        A key that is already taken: ``SessionExistsError`` (``if_exists="fail"``) or
+        ``False`` (``"skip"``); nothing is written either way. On Postgres the id sequences
+        are advanced past the inserted ids in the same transaction.
+        """
+        async with self._database.write() as conn:
+            if not await transfer_repo.insert_session(conn, rows.session):
+                if if_exists == "skip":
+                    return False
+                raise SessionExistsError(f"Session already exists: {rows.session_key}")
+            filled = await transfer_repo.insert_children(conn, rows)
+            await transfer_repo.advance_sequences(conn, filled)
+        return True
+
+    async def preview_prune(self, updated_before: int) -> DeletionPreview:
+        """What :meth:`prune_stale` would delete now; nothing is changed."""
+        async with self._database.read(snapshot=True) as conn:
+            return await overview_repo.preview_prune(conn, updated_before)
+
+    async def preview_cap(self, max_entries: int) -> DeletionPreview:
+        """What :meth:`cap_sessions` would delete now; nothing is changed."""
+        async with self._database.read(snapshot=True) as conn:
+            return await overview_repo.preview_cap(conn, max_entries)
+
+    async def preview_truncate(self, session_key: str, max_messages: int) -> DeletionPreview:
+        """What :meth:`truncate_transcript` would delete now; nothing is changed."""
+        key = canonicalize_session_key(session_key)
+        async with self._database.read(snapshot=True) as conn:
+            node = await session_repo.get(conn, key)
+            if node is None:
+                raise SessionNotFoundError(f"Session not found: {key}")
+            return await overview_repo.preview_truncate(conn, node.session_id, max_messages)
+
+    async def preview_reset(self, session_key: str) -> DeletionPreview:
+        """What :meth:`reset_session` would delete (and invalidate) now; nothing is changed."""
+        key = canonicalize_session_key(session_key)
+        async with self._database.read(snapshot=True) as conn:
+            node = await session_repo.get(conn, key)
+            if node is None:
+                raise SessionNotFoundError(f"Session not found: {key}")
+            return await overview_repo.preview_reset(conn, key, node.session_id)
+
+    async def store_counts(self) -> StoreCounts:
+        """Row counts of the whole store, from one snapshot."""
+        async with self._database.read(snapshot=True) as conn:
+            return await overview_repo.store_counts(conn)
+
+    async def get_summary(self, summary_id: int) -> SessionSummary | None:
+        """One compaction summary by its id (the repair queue addresses summaries so)."""
+        async with self._database.read() as conn:
+            return await overview_repo.summary_by_id(conn, summary_id)
 
 
 @dataclass(frozen=True)

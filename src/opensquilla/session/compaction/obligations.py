@@ -169,7 +169,8 @@ def extract_obligations(
             if call.get("type") == "tool_result" or "result" in call:
                 fact = call.get("result", call.get("content"))
                 out.add(TOOL_RESULT_FACT, fact, role, source_id)
-        for identifier in _UUID.findall(text) + _HEX_RUN.findall(text):
+        uuids = _UUID.findall(text)
+        for identifier in uuids + _HEX_RUN.findall(_UUID.sub(" ", text) if uuids else text):
             out.add(IDENTIFIER, identifier, role, source_id)
         for path in file_paths(text):
             out.add(FILE_PATH, path, role, source_id)

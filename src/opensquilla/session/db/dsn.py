@@ -25,6 +25,10 @@ ACCEPTED_FORMS = (
     "'postgresql://user@host/db' or 'postgresql+asyncpg://user@host/db'"
 )
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+# "postgresql:/host/db", "sqlite:x.db": a URL missing its slashes, not a file name.
+_MALFORMED_URL = re.compile(
+    r"^(?:postgres(?:ql)?|sqlite|mysql|mariadb|oracle|mssql)(?:\+\w+)?:", re.IGNORECASE
+)
 _CREDENTIALS = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
 
 
@@ -63,6 +67,11 @@ def parse_target(target: str | os.PathLike[str]) -> StorageTarget:
         return StorageTarget(make_url("sqlite+aiosqlite://"), "sqlite", None)
     if _SCHEME.match(text):
         return _from_url(text)
+    if _MALFORMED_URL.match(text):
+        raise ConfigurationError(
+            f"{mask_password(text)!r} looks like a database URL but has no '://'; "
+            f"accepted forms: {ACCEPTED_FORMS}"
+        )
     if "\x00" in text:
         raise ConfigurationError("storage path must not contain NUL characters")
     return _sqlite_file(Path(text))
@@ -89,11 +98,20 @@ def _from_url(text: str) -> StorageTarget:
         url = url.set(drivername="sqlite+aiosqlite")
         database = url.database or ""
         if database in ("", ":memory:"):
-            return StorageTarget(url.set(database=None), "sqlite", None)
+            # Not `url.set(database=None)`: `set` treats None as "leave unchanged".
+            return StorageTarget(make_url("sqlite+aiosqlite://"), "sqlite", None)
         return _sqlite_file(Path(database))
     if backend in ("postgresql", "postgres"):
         if driver not in ("", "asyncpg"):
             raise _refuse_driver(url, "postgresql", driver)
+        try:
+            port = url.port
+        except ValueError:
+            port = -1
+        if port is not None and not 0 < port < 65536:
+            raise ConfigurationError(
+                f"invalid port in {url.render_as_string(hide_password=True)!r}"
+            )
         return StorageTarget(url.set(drivername="postgresql+asyncpg"), "postgresql", None)
     raise ConfigurationError(
         f"unsupported database {backend!r} in {url.render_as_string(hide_password=True)!r}; "

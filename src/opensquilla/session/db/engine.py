@@ -6,7 +6,7 @@ so transactions and savepoints are real on Python 3.11. A write transaction begi
 ``BEGIN IMMEDIATE``: it takes the write lock up front, so it never fails half-way with a
 busy snapshot. ``:memory:`` uses one shared connection (``StaticPool``).
 
-Postgres: asyncpg, ``pool_pre_ping``.
+Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from typing import Any, Literal
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from .dsn import StorageTarget
 from .sql import SQLITE_UUID_FUNCTION
+from .sqlite_driver import lean_dbapi
 from .types import json_deserializer, json_serializer
 
 SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -47,11 +49,30 @@ def create_engine(
         "json_deserializer": json_deserializer(target.backend),
     }
     if target.backend == "postgresql":
-        options: dict[str, Any] = {"pool_pre_ping": True}
+        options: dict[str, Any] = {}
         if pool_size is not None:
             options["pool_size"] = pool_size
-        return create_async_engine(target.url, **common, **options)
+        engine = create_async_engine(target.url, **common, **options)
+        _ping_on_checkout(engine)
+        return engine
     return _sqlite_engine(target, sqlite_synchronous, pool_size, common)
+
+
+def _ping_on_checkout(engine: AsyncEngine) -> None:
+    """Pessimistic disconnect handling in one round trip.
+
+    SQLAlchemy's ``pool_pre_ping`` on asyncpg pings inside BEGIN/ROLLBACK (three round
+    trips per checkout); an empty statement does the same job in one. A dead connection (a
+    restarted server, ``pg_terminate_backend``) raises ``DisconnectionError``, and the pool
+    replaces it before the operation runs.
+    """
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _ping(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        try:
+            dbapi_connection.run_async(lambda connection: connection.fetchrow(";"))
+        except Exception as exc:
+            raise DisconnectionError(f"connection lost: {type(exc).__name__}") from exc
 
 
 def _sqlite_engine(
@@ -61,6 +82,9 @@ def _sqlite_engine(
     common: dict[str, Any],
 ) -> AsyncEngine:
     connect_args = {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}
+    dbapi = lean_dbapi()
+    if dbapi is not None:
+        common = {**common, "module": dbapi}
     if target.memory:
         engine = create_async_engine(
             "sqlite+aiosqlite://", poolclass=StaticPool, connect_args=connect_args, **common
@@ -90,7 +114,13 @@ def _sqlite_engine(
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
-        if mode != "NONE":
+        if mode == "NONE":
+            return
+        dbapi_connection = conn.connection.dbapi_connection
+        defer = getattr(dbapi_connection, "defer_begin", None)
+        if defer is not None:
+            defer(f"BEGIN {mode}")  # the lean adapter sends it with the first statement
+        else:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine

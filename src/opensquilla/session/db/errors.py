@@ -38,6 +38,19 @@ def _sqlstate(exc: sa_exc.DBAPIError) -> str | None:
     return code if isinstance(code, str) else None
 
 
+def _encode_error_in_chain(exc: BaseException) -> UnicodeEncodeError | None:
+    """asyncpg reports an unencodable argument as a ``DataError`` caused by the
+    ``UnicodeEncodeError``; find it along the driver's cause chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, UnicodeEncodeError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or getattr(current, "orig", None)
+    return None
+
+
 def translate(exc: BaseException) -> SessionStoreError | None:
     """The package error for ``exc``, or ``None`` when ``exc`` is not ours to translate."""
     if isinstance(exc, SessionStoreError):
@@ -48,6 +61,9 @@ def translate(exc: BaseException) -> SessionStoreError | None:
             "nothing was written"
         )
     if isinstance(exc, sa_exc.DBAPIError):
+        encode_error = _encode_error_in_chain(exc.orig) if exc.orig is not None else None
+        if encode_error is not None:
+            return translate(encode_error)
         message = _driver_message(exc)
         if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError):
             return DatabaseUnavailableError(f"database connection failed: {message}")

@@ -19,9 +19,10 @@ def is_postgres(conn: AsyncConnection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-def insert_for(dialect: Dialect, table: Table) -> Any:
+def insert_for(dialect: Dialect | str, table: Table) -> Any:
     """A dialect INSERT that supports ``on_conflict_do_*`` on both backends."""
-    if dialect.name == "postgresql":
+    name = dialect if isinstance(dialect, str) else dialect.name
+    if name == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
 

@@ -5,6 +5,11 @@ the union of both legacy revisions (the August 2026 one adds six ``sessions`` co
 ``turn_context`` on both transcript tables). NOT NULL columns that legacy rows may lack carry
 *server* defaults, so rows written before a column existed read back with its default.
 Index names are the legacy ones, so an adopted database and a fresh one look alike.
+
+Free text (message content, reasoning, summaries, labels) is ``LosslessText``: NUL
+characters round-trip on Postgres too. Identifier-like transcript fields (message id, role,
+tool-call id, provenance) are plain ``Text``; the models refuse NUL in them on both backends,
+and reads of them need no decoding.
 """
 
 from __future__ import annotations
@@ -110,21 +115,21 @@ class TranscriptRow(Base):
     id: Mapped[int] = mapped_column(IntId, primary_key=True, autoincrement=True)
     session_id: Mapped[str] = mapped_column(Text)
     session_key: Mapped[str] = mapped_column(Text)
-    message_id: Mapped[str] = mapped_column(LosslessText)
-    role: Mapped[str] = mapped_column(LosslessText)
+    message_id: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(Text)
     content: Mapped[str | None] = mapped_column(LosslessText)
     tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONValue)
-    tool_call_id: Mapped[str | None] = mapped_column(LosslessText)
+    tool_call_id: Mapped[str | None] = mapped_column(Text)
     reasoning_content: Mapped[str | None] = mapped_column(LosslessText)
     turn_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     turn_context: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     created_at: Mapped[int] = mapped_column(Millis)
     token_count: Mapped[int | None] = mapped_column(BigInteger)
-    provenance_kind: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_origin_session_id: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_source_session_key: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_source_channel: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_source_tool: Mapped[str | None] = mapped_column(LosslessText)
+    provenance_kind: Mapped[str | None] = mapped_column(Text)
+    provenance_origin_session_id: Mapped[str | None] = mapped_column(Text)
+    provenance_source_session_key: Mapped[str | None] = mapped_column(Text)
+    provenance_source_channel: Mapped[str | None] = mapped_column(Text)
+    provenance_source_tool: Mapped[str | None] = mapped_column(Text)
     schema_version: Mapped[int] = mapped_column(Integer, server_default=_ONE)
 
 
@@ -147,24 +152,24 @@ class CompactedTranscriptRow(Base):
     id: Mapped[int] = mapped_column(IntId, primary_key=True, autoincrement=True)
     session_id: Mapped[str] = mapped_column(Text)
     session_key: Mapped[str] = mapped_column(Text)
-    compaction_id: Mapped[str | None] = mapped_column(LosslessText)
+    compaction_id: Mapped[str | None] = mapped_column(Text)
     compaction_index: Mapped[int | None] = mapped_column(Integer)
     original_entry_id: Mapped[int | None] = mapped_column(BigInteger)
-    message_id: Mapped[str] = mapped_column(LosslessText)
-    role: Mapped[str] = mapped_column(LosslessText)
+    message_id: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(Text)
     content: Mapped[str | None] = mapped_column(LosslessText)
     tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONValue)
-    tool_call_id: Mapped[str | None] = mapped_column(LosslessText)
+    tool_call_id: Mapped[str | None] = mapped_column(Text)
     reasoning_content: Mapped[str | None] = mapped_column(LosslessText)
     turn_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     turn_context: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     created_at: Mapped[int] = mapped_column(Millis)
     token_count: Mapped[int | None] = mapped_column(BigInteger)
-    provenance_kind: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_origin_session_id: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_source_session_key: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_source_channel: Mapped[str | None] = mapped_column(LosslessText)
-    provenance_source_tool: Mapped[str | None] = mapped_column(LosslessText)
+    provenance_kind: Mapped[str | None] = mapped_column(Text)
+    provenance_origin_session_id: Mapped[str | None] = mapped_column(Text)
+    provenance_source_session_key: Mapped[str | None] = mapped_column(Text)
+    provenance_source_channel: Mapped[str | None] = mapped_column(Text)
+    provenance_source_tool: Mapped[str | None] = mapped_column(Text)
     archived_at: Mapped[int] = mapped_column(Millis)
     schema_version: Mapped[int] = mapped_column(Integer, server_default=_ONE)
 

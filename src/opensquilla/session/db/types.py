@@ -100,8 +100,10 @@ def json_deserializer(dialect_name: str) -> Callable[[str | bytes], Any]:
         return loads_sqlite
 
     def loads_pg(text: str | bytes) -> Any:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
         value = json.loads(text)
-        if isinstance(text, str) and MARKER in text:
+        if MARKER in text:
             value = _walk(value, unescape_text)
         return value
 

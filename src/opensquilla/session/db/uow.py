@@ -1,12 +1,17 @@
 """Units of work: one connection and one transaction per storage operation.
 
-``write()`` is all-or-nothing: every statement inside commits together or not at all.
-On SQLite it begins with ``BEGIN IMMEDIATE`` and, within one process, writers queue on an
-asyncio lock instead of spinning in SQLite's busy handler (other processes still wait
-through the busy timeout). A ``:memory:`` database has a single shared connection, so
-every unit of work on it, reads included, takes that lock.
+* ``write()``: all-or-nothing; every statement inside commits together or not at all. On
+  SQLite it begins with ``BEGIN IMMEDIATE`` (the write lock up front, so it never fails
+  half-way on a busy snapshot) and, within one process, writers queue on an asyncio lock
+  instead of spinning in SQLite's busy handler; other processes wait through the busy
+  timeout.
+* ``write_statement()``: exactly one statement, which the database applies atomically on
+  its own; no BEGIN/COMMIT round trips (used for the Postgres append).
+* ``read()``: statements in autocommit mode, each consistent on its own (our reads are
+  single statements); ``read(snapshot=True)`` gives one snapshot for several statements.
 
-Errors from the database are translated at this seam (``db/errors.py``); anything the
+A ``:memory:`` database has one shared connection, so every unit of work on it takes the
+lock. Errors from the database are translated at this seam (``db/errors.py``); anything the
 caller raises inside a unit of work rolls it back and propagates unchanged.
 """
 
@@ -30,9 +35,21 @@ class Database:
     def __init__(self, engine: AsyncEngine, target: StorageTarget) -> None:
         self.engine = engine
         self.backend = target.backend
-        self._sqlite = target.backend == "sqlite"
         self._memory = target.memory
-        self._write_lock = asyncio.Lock() if self._sqlite else None
+        sqlite = target.backend == "sqlite"
+        self._write_lock = asyncio.Lock() if sqlite else None
+        # Engine views sharing one pool and one event dispatch (listeners on `engine` see
+        # every statement); each fixes how its connections begin.
+        if sqlite:
+            self._writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
+            self._single = engine.execution_options(**{BEGIN_OPTION: "NONE"})
+            self._reader = self._single
+            self._snapshot = engine.execution_options(**{BEGIN_OPTION: "DEFERRED"})
+        else:
+            self._writer = engine
+            self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
+            self._reader = self._single
+            self._snapshot = engine.execution_options(isolation_level="REPEATABLE READ")
 
     @property
     def is_postgres(self) -> bool:
@@ -43,28 +60,39 @@ class Database:
         """A read-write transaction: commits on success, rolls back on any exception."""
         async with (
             self._locked(self._write_lock),
-            self._connection("IMMEDIATE") as conn,
+            self._connection(self._writer) as conn,
             conn.begin(),
         ):
             yield conn
 
     @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A read-only transaction: one consistent snapshot for every statement inside."""
-        lock = self._write_lock if self._memory else None
-        async with self._locked(lock), self._connection("DEFERRED") as conn, conn.begin():
+    async def write_statement(self) -> AsyncIterator[AsyncConnection]:
+        """For exactly one write statement, atomic by itself (no explicit transaction)."""
+        async with self._locked(self._write_lock), self._connection(self._single) as conn:
             yield conn
+            await conn.commit()
 
     @contextlib.asynccontextmanager
-    async def _connection(self, sqlite_begin: str) -> AsyncIterator[AsyncConnection]:
+    async def read(self, *, snapshot: bool = False) -> AsyncIterator[AsyncConnection]:
+        """Reads; ``snapshot=True`` for several statements that must agree."""
+        lock = self._write_lock if self._memory else None
+        engine = self._snapshot if snapshot else self._reader
+        async with self._locked(lock), self._connection(engine) as conn:
+            if snapshot:
+                async with conn.begin():
+                    yield conn
+            else:
+                yield conn
+                await conn.rollback()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         async with translated_errors():
             try:
-                conn = await self.engine.connect()
+                conn = await engine.connect()
             except OSError as exc:
                 raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
             try:
-                if self._sqlite:
-                    await conn.execution_options(**{BEGIN_OPTION: sqlite_begin})
                 yield conn
             finally:
                 await conn.close()

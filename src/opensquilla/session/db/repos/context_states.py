@@ -8,7 +8,7 @@ from sqlalchemy import Update, literal, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionContextState
-from ..rows import to_models, values_of
+from ..rows import select_rows, to_models, values_of
 from ..tables import session_context_states as states
 
 ORDER = (states.c.created_at.asc(), states.c.id.asc())
@@ -27,14 +27,16 @@ async def list_for_key(
     state_kind: str | None = None,
     valid_only: bool = True,
 ) -> list[SessionContextState]:
-    query = select(states).where(states.c.session_key == session_key)
+    query = select_rows(states, conn).where(states.c.session_key == session_key)
     if provider is not None:
         query = query.where(states.c.provider == provider)
     if state_kind is not None:
         query = query.where(states.c.state_kind == state_kind)
     if valid_only:
         query = query.where(states.c.valid == true())
-    return to_models(SessionContextState, await conn.execute(query.order_by(*ORDER)))
+    return to_models(
+        SessionContextState, conn.dialect.name, await conn.execute(query.order_by(*ORDER))
+    )
 
 
 def _invalidate(

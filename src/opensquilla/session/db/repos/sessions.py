@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import Update, and_, case, delete, false, func, or_, select, update
+from sqlalchemy import and_, case, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...errors import StaleGenerationError
 from ...models import SessionNode
-from ..rows import to_model, to_models, values_of
+from ..rows import read_columns, select_rows, to_model, to_models, values_of
 from ..sql import insert_for
 from ..tables import (
     compacted_transcript_entries,
@@ -27,18 +28,41 @@ RETENTION_ORDER = (sessions.c.updated_at, sessions.c.created_at, sessions.c.sess
 
 
 async def get(conn: AsyncConnection, key: str, *, lock: Lock = None) -> SessionNode | None:
-    query = select(sessions).where(sessions.c.session_key == key)
+    query = select_rows(sessions, conn).where(sessions.c.session_key == key)
     if lock is not None:
         query = query.with_for_update(read=lock == "share")
     row = (await conn.execute(query)).first()
-    return to_model(SessionNode, row) if row is not None else None
+    return to_model(SessionNode, row, conn.dialect.name) if row is not None else None
+
+
+@functools.cache
+def _insert_if_absent(dialect_name: str) -> Any:
+    return insert_for(dialect_name, sessions).on_conflict_do_nothing(
+        index_elements=[sessions.c.session_key]
+    )
+
+
+@functools.cache
+def _generation_checked_upsert(dialect_name: str) -> Any:
+    """Whole-row insert-or-update, applied only to the same or an older generation."""
+    stmt = insert_for(dialect_name, sessions)
+    excluded = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=[sessions.c.session_key],
+        set_={c.name: excluded[c.name] for c in sessions.columns if c.name != "session_key"},
+        where=or_(
+            sessions.c.epoch < excluded.epoch,
+            and_(
+                sessions.c.epoch == excluded.epoch,
+                sessions.c.session_id == excluded.session_id,
+            ),
+        ),
+    )
 
 
 async def insert_new(conn: AsyncConnection, node: SessionNode) -> bool:
     """Insert ``node``; ``False`` (and no change) when the key is already taken."""
-    stmt = insert_for(conn.dialect, sessions).values(values_of(node, sessions))
-    stmt = stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_key])
-    result = await conn.execute(stmt)
+    result = await conn.execute(_insert_if_absent(conn.dialect.name), values_of(node, sessions))
     return bool(result.rowcount)
 
 
@@ -50,21 +74,9 @@ async def upsert(conn: AsyncConnection, node: SessionNode) -> None:
     generation at the same epoch is refused, so it can neither lower the epoch nor restore
     an old ``session_id``.
     """
-    values = values_of(node, sessions)
-    stmt = insert_for(conn.dialect, sessions).values(values)
-    excluded = stmt.excluded
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[sessions.c.session_key],
-        set_={name: excluded[name] for name in values if name != "session_key"},
-        where=or_(
-            sessions.c.epoch < excluded.epoch,
-            and_(
-                sessions.c.epoch == excluded.epoch,
-                sessions.c.session_id == excluded.session_id,
-            ),
-        ),
+    result = await conn.execute(
+        _generation_checked_upsert(conn.dialect.name), values_of(node, sessions)
     )
-    result = await conn.execute(stmt)
     if result.rowcount:
         return
     stored = await get(conn, node.session_key)
@@ -80,8 +92,8 @@ async def update_fields(
 ) -> SessionNode | None:
     """Set only ``values`` on the row (no read-modify-write); the new row, or ``None``."""
     stmt = update(sessions).where(sessions.c.session_key == key).values(values)
-    row = (await conn.execute(stmt.returning(sessions))).first()
-    return to_model(SessionNode, row) if row is not None else None
+    row = (await conn.execute(stmt.returning(*read_columns(sessions, conn.dialect.name)))).first()
+    return to_model(SessionNode, row, conn.dialect.name) if row is not None else None
 
 
 async def finish(conn: AsyncConnection, key: str, status: str, now: int) -> SessionNode | None:
@@ -94,23 +106,10 @@ async def finish(conn: AsyncConnection, key: str, status: str, now: int) -> Sess
         update(sessions)
         .where(sessions.c.session_key == key)
         .values(status=status, ended_at=now, updated_at=now, runtime_ms=runtime)
-        .returning(sessions)
+        .returning(*read_columns(sessions, conn.dialect.name))
     )
     row = (await conn.execute(stmt)).first()
-    return to_model(SessionNode, row) if row is not None else None
-
-
-def touch_statement(key: str, epoch: int, now: int, token_delta: int) -> Update:
-    """The session side of an append: fenced on key and epoch, counters added in SQL
-    (``total_tokens = total_tokens + :delta``), never a write-back of a node read earlier."""
-    stmt = update(sessions).where(sessions.c.session_key == key, sessions.c.epoch == epoch)
-    if token_delta:
-        return stmt.values(
-            updated_at=now,
-            total_tokens=sessions.c.total_tokens + token_delta,
-            total_tokens_fresh=false(),
-        )
-    return stmt.values(updated_at=now)
+    return to_model(SessionNode, row, conn.dialect.name) if row is not None else None
 
 
 async def list_sessions(
@@ -123,7 +122,7 @@ async def list_sessions(
     limit: int | None,
     offset: int,
 ) -> list[SessionNode]:
-    query = select(sessions)
+    query = select_rows(sessions, conn)
     if agent_id is not None:
         query = query.where(sessions.c.agent_id == agent_id)
     if status is not None:
@@ -135,7 +134,7 @@ async def list_sessions(
     query = query.order_by(*ACTIVITY_ORDER).offset(offset)
     if limit is not None:
         query = query.limit(limit)
-    return to_models(SessionNode, await conn.execute(query))
+    return to_models(SessionNode, conn.dialect.name, await conn.execute(query))
 
 
 async def count(conn: AsyncConnection) -> int:

@@ -8,7 +8,7 @@ from sqlalchemy import func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionSummary
-from ..rows import to_model, to_models, values_of
+from ..rows import select_rows, to_model, to_models, values_of
 from ..sql import lock_key
 from ..tables import session_summaries as summaries
 
@@ -39,19 +39,21 @@ async def insert(conn: AsyncConnection, summary: SessionSummary) -> tuple[int, i
 
 
 async def list_for_session(conn: AsyncConnection, session_id: str) -> list[SessionSummary]:
-    query = select(summaries).where(summaries.c.session_id == session_id).order_by(*ORDER)
-    return to_models(SessionSummary, await conn.execute(query))
+    query = (
+        select_rows(summaries, conn).where(summaries.c.session_id == session_id).order_by(*ORDER)
+    )
+    return to_models(SessionSummary, conn.dialect.name, await conn.execute(query))
 
 
 async def latest(conn: AsyncConnection, session_id: str) -> SessionSummary | None:
     query = (
-        select(summaries)
+        select_rows(summaries, conn)
         .where(summaries.c.session_id == session_id)
         .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
         .limit(1)
     )
     row = (await conn.execute(query)).first()
-    return to_model(SessionSummary, row) if row is not None else None
+    return to_model(SessionSummary, row, conn.dialect.name) if row is not None else None
 
 
 async def text_lengths(conn: AsyncConnection, session_id: str) -> list[int]:
@@ -96,12 +98,14 @@ async def copy_to_session(
 async def list_degraded(
     conn: AsyncConnection, *, key_prefix: str | None, limit: int
 ) -> list[SessionSummary]:
-    query = select(summaries).where(summaries.c.flush_receipt_status.in_(DEGRADED_STATUSES))
+    query = select_rows(summaries, conn).where(
+        summaries.c.flush_receipt_status.in_(DEGRADED_STATUSES)
+    )
     if key_prefix is not None:
         # An exact, case-sensitive prefix test with no wildcard characters to escape.
         query = query.where(func.substr(summaries.c.session_key, 1, len(key_prefix)) == key_prefix)
     query = query.order_by(summaries.c.created_at.asc(), summaries.c.id.asc()).limit(limit)
-    return to_models(SessionSummary, await conn.execute(query))
+    return to_models(SessionSummary, conn.dialect.name, await conn.execute(query))
 
 
 async def set_flush_status(conn: AsyncConnection, summary_id: int, status: str) -> int:

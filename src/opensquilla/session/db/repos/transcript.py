@@ -13,22 +13,26 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Select,
+    Update,
+    bindparam,
     delete,
+    false,
     func,
     literal,
     select,
     tuple_,
     union_all,
+    update,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import CompactedTranscriptEntry, TranscriptEntry
-from ..rows import TRANSCRIPT_COLUMNS, to_models, values_of
+from ..rows import TRANSCRIPT_COLUMNS, read_columns, select_rows, to_models, values_of
 from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
 from ..tables import transcript_entries as live
-from . import sessions as session_repo
 
 LIVE_ORDER = (live.c.created_at.asc(), live.c.id.asc())
 _INSERT_COLUMNS = [c for c in live.columns if c.name != "id"]
@@ -40,22 +44,74 @@ def _bound_row(entry: TranscriptEntry) -> list[ColumnElement[Any]]:
     return [literal(data[c.name], type_=c.type).label(c.name) for c in _INSERT_COLUMNS]
 
 
+def _fence(prefix: str = "fence_") -> ColumnElement[bool]:
+    """The session row of the generation an entry is fenced to: key, epoch and session id
+    (a session deleted and re-created under the same key starts again at epoch 0)."""
+    return (
+        (sessions.c.session_key == bindparam(prefix + "key"))
+        & (sessions.c.epoch == bindparam(prefix + "epoch"))
+        & (sessions.c.session_id == bindparam(prefix + "session_id"))
+    )
+
+
+# Prebuilt statements for the append hot path: built once, compiled once, bound per call.
+_INSERT_ENTRY = live.insert()
+_TOUCH = update(sessions).where(_fence()).values(updated_at=bindparam("touched_at"))
+_TOUCH_WITH_TOKENS = (
+    update(sessions)
+    .where(_fence())
+    .values(
+        updated_at=bindparam("touched_at"),
+        total_tokens=sessions.c.total_tokens + bindparam("token_delta"),
+        total_tokens_fresh=false(),
+    )
+)
+
+
+def _insert_from_fence(touch: Update) -> Any:
+    """INSERT fed by the fenced UPDATE as a CTE: Postgres appends in one statement."""
+    fence = touch.returning(sessions.c.session_key).cte("fence")
+    # Bind names must not be column names of `sessions`: the UPDATE would take them as SETs.
+    source = select(*(bindparam("v_" + c.name, type_=c.type) for c in _INSERT_COLUMNS)).select_from(
+        fence
+    )
+    return live.insert().from_select([c.name for c in _INSERT_COLUMNS], source).returning(live.c.id)
+
+
+_PG_APPEND = _insert_from_fence(_TOUCH)
+_PG_APPEND_WITH_TOKENS = _insert_from_fence(_TOUCH_WITH_TOKENS)
+
+
+def _fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
+    return {
+        "fence_key": entry.session_key,
+        "fence_epoch": expected_epoch,
+        "fence_session_id": entry.session_id,
+    }
+
+
 async def insert(conn: AsyncConnection, entry: TranscriptEntry) -> int:
-    stmt = live.insert().values(values_of(entry, live)).returning(live.c.id)
-    return int((await conn.execute(stmt)).scalar_one())
+    result = await conn.execute(_INSERT_ENTRY, values_of(entry, live))
+    key = result.inserted_primary_key  # SQLite: the cursor's lastrowid, no extra fetch
+    assert key is not None
+    return int(key[0])
 
 
 async def insert_fenced(
     conn: AsyncConnection, entry: TranscriptEntry, expected_epoch: int
 ) -> int | None:
-    """Insert only while ``sessions`` holds this key at exactly this epoch (one statement).
+    """Insert only while ``sessions`` holds this generation at exactly this epoch.
 
     On Postgres the session row is read ``FOR SHARE``: a reset holding it makes this wait,
     then see the new epoch and insert nothing.
     """
     source = (
         select(*_bound_row(entry))
-        .where(sessions.c.session_key == entry.session_key, sessions.c.epoch == expected_epoch)
+        .where(
+            sessions.c.session_key == entry.session_key,
+            sessions.c.epoch == expected_epoch,
+            sessions.c.session_id == entry.session_id,
+        )
         .with_for_update(read=True, of=sessions)
     )
     stmt = live.insert().from_select([c.name for c in _INSERT_COLUMNS], source)
@@ -63,8 +119,8 @@ async def insert_fenced(
     return int(value) if value is not None else None
 
 
-async def append_and_touch(
-    conn: AsyncConnection,
+def append_and_touch(
+    conn: Connection,
     entry: TranscriptEntry,
     *,
     expected_epoch: int,
@@ -73,27 +129,36 @@ async def append_and_touch(
 ) -> int | None:
     """The manager's append: epoch fence, insert and session touch, atomically.
 
-    Postgres: one statement (the fenced UPDATE as a CTE feeding the INSERT), so it needs no
-    transaction round trips. SQLite: the fenced UPDATE, then the INSERT, inside the caller's
-    write transaction. ``None`` when the fence refused.
+    Synchronous, for ``AsyncConnection.run_sync``: the hot path then crosses into
+    SQLAlchemy's asyncio bridge once, not once per statement. Postgres: one statement (the
+    fenced UPDATE as a CTE feeding the INSERT), so it needs no transaction round trips.
+    SQLite: the fenced UPDATE, then the INSERT, inside the caller's write transaction.
+    ``None`` when the fence refused.
     """
-    touch = session_repo.touch_statement(entry.session_key, expected_epoch, now, token_delta)
+    params = _fence_params(entry, expected_epoch)
+    params["touched_at"] = now
+    if token_delta:
+        params["token_delta"] = token_delta
     if conn.dialect.name == "postgresql":
-        fence = touch.returning(sessions.c.session_key).cte("fence")
-        source = select(*_bound_row(entry)).select_from(fence)
-        stmt = live.insert().from_select([c.name for c in _INSERT_COLUMNS], source)
-        value = (await conn.execute(stmt.returning(live.c.id))).scalar_one_or_none()
+        params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
+        stmt = _PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND
+        value = conn.execute(stmt, params).scalar_one_or_none()
         return int(value) if value is not None else None
-    if not (await conn.execute(touch)).rowcount:
+    touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
+    if not conn.execute(touch, params).rowcount:
         return None
-    return await insert(conn, entry)
+    key = conn.execute(_INSERT_ENTRY, values_of(entry, live)).inserted_primary_key
+    assert key is not None
+    return int(key[0])
 
 
 async def list_live(
     conn: AsyncConnection, session_id: str, *, limit: int | None = None, offset: int = 0
 ) -> list[TranscriptEntry]:
-    query = select(live).where(live.c.session_id == session_id).order_by(*LIVE_ORDER)
-    return to_models(TranscriptEntry, await conn.execute(_page(query, limit, offset)))
+    query = select_rows(live, conn).where(live.c.session_id == session_id).order_by(*LIVE_ORDER)
+    return to_models(
+        TranscriptEntry, conn.dialect.name, await conn.execute(_page(query, limit, offset))
+    )
 
 
 async def count_live(conn: AsyncConnection, session_id: str) -> int:
@@ -101,38 +166,40 @@ async def count_live(conn: AsyncConnection, session_id: str) -> int:
     return int((await conn.execute(query)).scalar_one())
 
 
-def _archive_as_transcript(session_id: str) -> Select[Any]:
+def _archive_as_transcript(session_id: str, dialect_name: str) -> Select[Any]:
     """Archive rows shaped like live rows, ``id`` being the id they had when live."""
+    by_name = {column.key: column for column in read_columns(archive, dialect_name)}
     columns: list[ColumnElement[Any]] = []
     for name in TRANSCRIPT_COLUMNS:
         if name == "id":
             columns.append(func.coalesce(archive.c.original_entry_id, 0).label("id"))
         else:
-            columns.append(archive.c[name])
+            columns.append(by_name[name])
     return select(*columns).where(archive.c.session_id == session_id)
 
 
-def canonical_query(session_id: str) -> Any:
+def canonical_query(session_id: str, dialect_name: str) -> Any:
     """The canonical transcript of ``session_id`` as a subquery (archive + live)."""
-    live_rows = select(*(live.c[name] for name in TRANSCRIPT_COLUMNS)).where(
-        live.c.session_id == session_id
-    )
-    return union_all(_archive_as_transcript(session_id), live_rows).subquery("canonical")
+    live_rows = select(*read_columns(live, dialect_name)).where(live.c.session_id == session_id)
+    merged = union_all(_archive_as_transcript(session_id, dialect_name), live_rows)
+    return merged.subquery("canonical")
 
 
 async def list_canonical(
     conn: AsyncConnection, session_id: str, *, limit: int | None = None, offset: int = 0
 ) -> list[TranscriptEntry]:
-    merged = canonical_query(session_id)
+    merged = canonical_query(session_id, conn.dialect.name)
     query = select(merged).order_by(merged.c.created_at.asc(), merged.c.id.asc())
-    return to_models(TranscriptEntry, await conn.execute(_page(query, limit, offset)))
+    return to_models(
+        TranscriptEntry, conn.dialect.name, await conn.execute(_page(query, limit, offset))
+    )
 
 
 async def find_canonical_position(
     conn: AsyncConnection, session_id: str, message_id: str
 ) -> tuple[int, int] | None:
     """``(created_at, id)`` of the first canonical row carrying ``message_id``."""
-    merged = canonical_query(session_id)
+    merged = canonical_query(session_id, conn.dialect.name)
     query = (
         select(merged.c.created_at, merged.c.id)
         .where(merged.c.message_id == message_id)
@@ -152,7 +219,7 @@ async def token_sum_before(
             live.c.session_id == session_id
         )
     else:
-        merged = canonical_query(session_id)
+        merged = canonical_query(session_id, conn.dialect.name)
         query = select(func.coalesce(func.sum(merged.c.token_count), 0)).where(
             tuple_(merged.c.created_at, merged.c.id) < tuple_(*position)
         )
@@ -180,7 +247,7 @@ async def copy_to_session(
             .subquery("source")
         )
     else:
-        merged = canonical_query(source_session_id)
+        merged = canonical_query(source_session_id, conn.dialect.name)
         rows = (
             select(merged)
             .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
@@ -230,13 +297,13 @@ async def copy_archive_to_session(
 async def list_archive(
     conn: AsyncConnection, session_id: str, *, compaction_id: str | None = None
 ) -> list[CompactedTranscriptEntry]:
-    query = select(archive).where(archive.c.session_id == session_id)
+    query = select_rows(archive, conn).where(archive.c.session_id == session_id)
     if compaction_id is not None:
         query = query.where(archive.c.compaction_id == compaction_id)
     query = query.order_by(
         archive.c.created_at.asc(), archive.c.original_entry_id.asc(), archive.c.id.asc()
     )
-    return to_models(CompactedTranscriptEntry, await conn.execute(query))
+    return to_models(CompactedTranscriptEntry, conn.dialect.name, await conn.execute(query))
 
 
 async def insert_archive_rows(

@@ -1,0 +1,125 @@
+"""Operator tasks behind the command line: schema status and moves, store statistics.
+
+Each takes a DSN (or an open storage) and returns plain data; printing is the caller's job.
+Schema commands open the database *without* migrating it, so ``current`` and ``check``
+report the database as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import migrate
+from .config import archive_directory
+from .errors import InvalidInputError
+from .operations import StoreCounts
+from .storage import SessionStorage
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def parse_duration(text: str) -> int:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``500ms``, ``2w`` -> milliseconds."""
+    match = _DURATION.match(text or "")
+    if match is None:
+        raise InvalidInputError(
+            f"invalid duration {text!r}: use a whole number and a unit, e.g. 30d, 12h, 90m, 45s"
+        )
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+@contextlib.asynccontextmanager
+async def unmigrated(dsn: str) -> AsyncIterator[SessionStorage]:
+    """A storage on ``dsn`` whose schema is left exactly as it is."""
+    storage = SessionStorage(dsn)
+    await storage.connect_without_migrating()
+    try:
+        yield storage
+    finally:
+        await storage.close()
+
+
+@dataclass(frozen=True)
+class SchemaReport:
+    """Where a database stands against this code."""
+
+    current: tuple[str, ...]
+    heads: tuple[str, ...]
+    unknown: tuple[str, ...]  # revisions in the database this code does not know
+    drift: tuple[str, ...]
+
+    @property
+    def state(self) -> str:
+        """``up-to-date``, ``ahead`` (migrated by newer code), ``behind``, or ``drift``."""
+        if self.unknown:
+            return "ahead"
+        if set(self.current) != set(self.heads):
+            return "behind"
+        if self.drift:
+            return "drift"
+        return "up-to-date"
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "up-to-date"
+
+
+def _known_revisions() -> set[str]:
+    return {script.revision for script in migrate.script_directory().walk_revisions()}
+
+
+async def schema_report(dsn: str) -> SchemaReport:
+    async with unmigrated(dsn) as storage:
+        status = await migrate.check(storage.engine)
+    unknown = tuple(sorted(set(status.current) - _known_revisions()))
+    return SchemaReport(status.current, status.heads, unknown, status.drift)
+
+
+async def current_revisions(dsn: str) -> tuple[str, ...]:
+    async with unmigrated(dsn) as storage:
+        return await migrate.current_revisions(storage.engine)
+
+
+async def upgrade(dsn: str, revision: str = "head") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Upgrade to ``revision``; the revisions before and after."""
+    async with unmigrated(dsn) as storage:
+        before = await migrate.current_revisions(storage.engine)
+        await migrate.upgrade(storage.engine, revision)
+        return before, await migrate.current_revisions(storage.engine)
+
+
+async def downgrade(dsn: str, revision: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Downgrade to ``revision`` (``base`` drops our tables); the revisions before and after."""
+    async with unmigrated(dsn) as storage:
+        before = await migrate.current_revisions(storage.engine)
+        await migrate.downgrade(storage.engine, revision)
+        return before, await migrate.current_revisions(storage.engine)
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    counts: StoreCounts
+    reset_archive_directory: Path
+    reset_archive_files: int
+    reset_archive_bytes: int
+
+
+def _archive_files(directory: Path) -> tuple[int, int]:
+    if not directory.is_dir():
+        return 0, 0
+    sizes = [path.stat().st_size for path in directory.glob("*.json") if path.is_file()]
+    return len(sizes), sum(sizes)
+
+
+async def collect_stats(storage: SessionStorage) -> StoreStats:
+    """Row counts of the store, plus the reset archive files on this machine."""
+    counts = await storage.store_counts()
+    directory = archive_directory()
+    files, size = await asyncio.to_thread(_archive_files, directory)
+    return StoreStats(counts, directory, files, size)

@@ -1,0 +1,146 @@
+"""Statements for moving whole sessions between databases: export, import and copy.
+
+Rows are read and written as plain ``{column: value}`` dicts through the tables' own types,
+so the lossless text and JSON handling of ``db/types.py`` applies on both backends. Inserts
+carry explicit ids; on Postgres the id sequences are then advanced past them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, Select, Table, Text, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import REGCLASS
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from ...operations import CHILD_TABLES, ColumnKind, SessionRows, TableLayout
+from ..sql import is_postgres
+from ..tables import (
+    compacted_transcript_entries,
+    session_context_states,
+    session_summaries,
+    sessions,
+    transcript_entries,
+)
+
+TABLES: dict[str, Table] = {
+    "sessions": sessions,
+    "transcript_entries": transcript_entries,
+    "compacted_transcript_entries": compacted_transcript_entries,
+    "session_summaries": session_summaries,
+    "session_context_states": session_context_states,
+}
+
+
+def _kind(type_: TypeEngine[Any]) -> ColumnKind:
+    if isinstance(type_, TypeDecorator):
+        type_ = type_.impl_instance
+    if isinstance(type_, JSON):
+        return "json"
+    if isinstance(type_, Boolean):
+        return "bool"
+    if isinstance(type_, Float):
+        return "float"
+    if isinstance(type_, Integer | BigInteger):
+        return "int"
+    if isinstance(type_, Text):
+        return "text"
+    raise TypeError(f"no transfer kind for column type {type_!r}")
+
+
+def table_layout() -> TableLayout:
+    """Every table's columns in table order, each with the kind of value it holds."""
+    return {
+        name: tuple((column.name, _kind(column.type)) for column in table.columns)
+        for name, table in TABLES.items()
+    }
+
+
+async def all_session_keys(conn: AsyncConnection) -> list[str]:
+    return list((await conn.execute(select(sessions.c.session_key))).scalars())
+
+
+async def existing_keys(conn: AsyncConnection, keys: Sequence[str]) -> set[str]:
+    if not keys:
+        return set()
+    query = select(sessions.c.session_key).where(sessions.c.session_key.in_(list(keys)))
+    return set((await conn.execute(query)).scalars())
+
+
+async def read_rows(conn: AsyncConnection, keys: Sequence[str]) -> list[SessionRows]:
+    """The sessions with these keys (missing keys are left out), in the order asked, each
+    with its child rows in ``id`` order: five statements however many keys."""
+    if not keys:
+        return []
+    wanted = list(dict.fromkeys(keys))
+    query = select(sessions).where(sessions.c.session_key.in_(wanted))
+    found = {row.session_key: dict(row._mapping) for row in await conn.execute(query)}
+    bundles = {key: SessionRows(session=found[key]) for key in wanted if key in found}
+    for name in CHILD_TABLES:
+        table = TABLES[name]
+        for bundle in bundles.values():
+            bundle.children[name] = []
+        if not bundles:
+            continue
+        query = (
+            select(table)
+            .where(table.c.session_key.in_(list(bundles)))
+            .order_by(table.c.session_key, table.c.id)
+        )
+        for row in await conn.execute(query):
+            bundles[row.session_key].children[name].append(dict(row._mapping))
+    return list(bundles.values())
+
+
+@functools.cache
+def _session_insert(dialect_name: str) -> Any:
+    # Built once per dialect, values passed at execution: SQLAlchemy then compiles it once.
+    stmt = postgresql.insert(sessions) if dialect_name == "postgresql" else sqlite.insert(sessions)
+    return stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_key])
+
+
+async def insert_session(conn: AsyncConnection, values: dict[str, Any]) -> bool:
+    """Insert the session row as given; ``False`` (nothing written) when the key is taken."""
+    result = await conn.execute(_session_insert(conn.dialect.name), values)
+    return bool(result.rowcount)
+
+
+async def insert_children(conn: AsyncConnection, bundle: SessionRows) -> list[str]:
+    """Insert the child rows with their ids; the tables that received rows."""
+    filled: list[str] = []
+    for name in CHILD_TABLES:
+        rows = bundle.rows(name)
+        if rows:
+            await conn.execute(TABLES[name].insert(), rows)
+            filled.append(name)
+    return filled
+
+
+async def advance_sequences(conn: AsyncConnection, table_names: Iterable[str]) -> None:
+    """Postgres: move each table's id sequence past the largest id in the table.
+
+    The sequence only ever moves forward (``GREATEST`` with its current value), so ids that
+    concurrent writers already drew stay unused by later inserts. No-op on SQLite, where an
+    ``AUTOINCREMENT`` table records explicit ids in ``sqlite_sequence`` by itself.
+    """
+    if not is_postgres(conn):
+        return
+    names = tuple(name for name in CHILD_TABLES if name in set(table_names))
+    if names:
+        await conn.execute(_advance_statement(names))
+
+
+@functools.cache
+def _advance_statement(table_names: tuple[str, ...]) -> Select[Any]:
+    calls = []
+    for name in table_names:
+        table = TABLES[name]
+        sequence = func.pg_get_serial_sequence(name, "id").cast(REGCLASS)
+        highest = select(func.max(table.c.id)).scalar_subquery()
+        floor = func.coalesce(func.pg_sequence_last_value(sequence), 0)
+        calls.append(func.setval(sequence, func.greatest(highest, floor)))
+    return select(*calls)
