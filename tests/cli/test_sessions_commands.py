@@ -1,0 +1,85 @@
+"""sessions list / sessions show."""
+
+from __future__ import annotations
+
+import json
+
+from .support import NUL_TEXT, cli, opened, run, seed_rich
+
+
+async def _population(dsn: str) -> None:
+    async with opened(dsn) as manager:
+        for index in range(5):
+            await manager.create(f"agent:main:s{index}")
+        await manager.create("agent:ops:alpha", agent_id="ops")
+        await manager.finish("agent:main:s1", "done")
+        await manager.branch("agent:main:s0", "agent:main:s0-child")
+        await manager.resume("agent:main:s3")  # the most recently updated
+
+
+def _keys(result) -> list[str]:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 0, result.output
+    return [node["session_key"] for node in json.loads(result.stdout)["sessions"]]
+
+
+def test_list_filters_and_pages(database: str) -> None:
+    run(_population(database))
+    everything = _keys(cli(database, "sessions", "list", "--json"))
+    assert len(everything) == 7 and everything[0] == "agent:main:s3"
+    assert _keys(cli(database, "sessions", "list", "--agent", "ops", "--json")) == [
+        "agent:ops:alpha"
+    ]
+    assert _keys(cli(database, "sessions", "list", "--status", "done", "--json")) == [
+        "agent:main:s1"
+    ]
+    assert _keys(cli(database, "sessions", "list", "--parent", "agent:main:s0", "--json")) == [
+        "agent:main:s0-child"
+    ]
+    first = _keys(cli(database, "sessions", "list", "--limit", "3", "--json"))
+    rest = _keys(cli(database, "sessions", "list", "--limit", "3", "--offset", "3", "--json"))
+    assert first + rest == everything[:6]
+
+    human = cli(database, "sessions", "list", "--agent", "ops")
+    assert human.exit_code == 0 and "agent:ops:alpha" in human.stdout
+    assert "no sessions" in cli(database, "sessions", "list", "--agent", "nobody").stdout
+    bad = cli(database, "sessions", "list", "--status", "sleeping")
+    assert bad.exit_code != 0
+
+
+def test_show_live_and_canonical(database: str) -> None:
+    seeded = run(seed_rich(database, big=False))
+    live = cli(database, "sessions", "show", seeded.compacted, "--json")
+    assert live.exit_code == 0, live.output
+    shown = json.loads(live.stdout)
+    canonical = json.loads(
+        cli(database, "sessions", "show", seeded.compacted, "--canonical", "--json").stdout
+    )
+    assert shown["transcript_view"] == "live" and canonical["transcript_view"] == "canonical"
+    assert len(canonical["transcript"]) > len(shown["transcript"])
+    assert shown["session"]["label"] == NUL_TEXT
+    assert len(shown["summaries"]) == 1 and shown["summaries"][0]["compaction_id"] == "cmp_seed"
+    kinds = {state["state_kind"] for state in shown["context_states"]}
+    assert kinds == {"structured_summary_v1", "response_id"}
+
+    human = cli(database, "sessions", "show", seeded.compacted, "--canonical")
+    assert human.exit_code == 0, human.output
+    text = human.stdout
+    assert "canonical transcript" in text and "summaries (1)" in text
+    assert "↳ get_weather(" in text  # a tool call, folded to one line
+    assert "↩ call_weather_1:" in text  # its result, folded too
+    assert "before\\x00after" in text  # NUL shown as an escape, not written raw
+    assert "\x00" not in text
+    assert "context states (2)" in text
+
+
+def test_show_the_old_generations_states(database: str) -> None:
+    seeded = run(seed_rich(database, big=False))
+    shown = json.loads(cli(database, "sessions", "show", seeded.reset, "--json").stdout)
+    assert [s["valid"] for s in shown["context_states"]] == [False]
+    assert [e["content"] for e in shown["transcript"]] == ["second generation"]
+
+
+def test_show_a_missing_session(database: str) -> None:
+    result = cli(database, "sessions", "show", "agent:main:ghost")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: Session not found: agent:main:ghost"

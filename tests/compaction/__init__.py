@@ -1,0 +1,1 @@
+"""Compaction tests: the pure engine, the manager around it, persistence, races, LLM."""

@@ -1,0 +1,175 @@
+"""Compaction racing other writers, each through its own SessionStorage on one database
+(both backends). The summariser runs outside any transaction, so the commit must re-check
+the transcript itself: one compaction wins, and no appended message is ever lost."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.compaction import CompactionConfig
+from opensquilla.session.compaction.fallback import fallback_chunk_summary
+
+KEY = "agent:main:race"
+WAIT = 10.0
+
+
+@pytest.fixture
+async def managers(database: str) -> AsyncIterator[list[SessionManager]]:
+    """Three managers, each over its own storage (its own engine and pool)."""
+    stores = [SessionStorage(database) for _ in range(3)]
+    for store in stores:
+        await store.connect()
+    try:
+        yield [SessionManager(store, inject_time_prefix=False) for store in stores]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+class HookedSummarizer:
+    """Fallback text, but the first chunk first runs ``hook`` (a rendezvous or an append)."""
+
+    source = "fallback"
+
+    def __init__(self, hook: Callable[[], Awaitable[None]]) -> None:
+        self.hook = hook
+        self.calls = 0
+
+    async def summarize(
+        self,
+        chunk: Sequence[Mapping[str, Any]],
+        *,
+        config: CompactionConfig,
+        custom_instructions: str | None,
+    ) -> str | None:
+        self.calls += 1
+        if self.calls == 1:
+            await self.hook()
+        return fallback_chunk_summary(chunk, identifier_policy="strict")
+
+
+async def seed(manager: SessionManager, count: int = 6) -> list[str]:
+    await manager.create(KEY)
+    message_ids = []
+    for index in range(count):
+        entry = await manager.append_message(KEY, "user", f"seed {index}", token_count=200)
+        message_ids.append(entry.message_id)
+    return message_ids
+
+
+async def test_two_compactions_mid_summary_only_one_commits(
+    managers: list[SessionManager],
+) -> None:
+    """Both read the same transcript and are summarising at once; the second commit finds
+    the transcript changed and writes nothing."""
+    first, second, reader = managers
+    appended = await seed(first)
+    both_summarising = asyncio.Event()
+    arrived = 0
+
+    async def rendezvous() -> None:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            both_summarising.set()
+        await asyncio.wait_for(both_summarising.wait(), WAIT)
+
+    results = await asyncio.gather(
+        first.compact_with_result(KEY, 1000, summarizer=HookedSummarizer(rendezvous)),
+        second.compact_with_result(KEY, 1000, summarizer=HookedSummarizer(rendezvous)),
+    )
+
+    assert arrived == 2
+    reasons = sorted(str(r.skip_reason) for r in results)
+    assert reasons == ["None", "stale_preimage"]
+    winner = next(r for r in results if r.skip_reason is None)
+    loser = next(r for r in results if r.skip_reason == "stale_preimage")
+    assert winner.removed_count > 0 and loser.removed_count == 0
+    assert loser.summary == "" and loser.summary_source == "skipped"
+    summaries = await reader.get_summaries(KEY)
+    assert [s.summary_text for s in summaries] == [winner.summary]
+    node = await reader.get_session(KEY)
+    assert node is not None and node.compaction_count == 1
+    assert len(await reader.get_context_states(KEY)) == 1
+    canonical = await reader.get_canonical_transcript(KEY)
+    assert [e.message_id for e in canonical] == appended
+    live = await reader.get_transcript(KEY)
+    assert [e.message_id for e in live] == appended[-len(winner.kept_entries) :]
+
+
+async def test_append_during_summary_makes_the_compaction_stale(
+    managers: list[SessionManager],
+) -> None:
+    """No caller lock: the commit itself notices the new message and keeps it live."""
+    compactor, writer, reader = managers
+    appended = await seed(compactor)
+    late: list[str] = []
+
+    async def append_elsewhere() -> None:
+        entry = await writer.append_message(KEY, "user", "landed mid-summary", token_count=3)
+        late.append(entry.message_id)
+
+    result = await compactor.compact_with_result(
+        KEY, 1000, summarizer=HookedSummarizer(append_elsewhere)
+    )
+
+    assert result.skip_reason == "stale_preimage"
+    assert result.removed_count == 0 and result.summary == ""
+    assert result.kept_entries[-1]["content"] == "landed mid-summary"
+    assert await reader.get_summaries(KEY) == []
+    node = await reader.get_session(KEY)
+    assert node is not None and node.compaction_count == 0
+    live = await reader.get_transcript(KEY)
+    assert [e.message_id for e in live] == [*appended, *late]
+    assert [e.message_id for e in await reader.get_canonical_transcript(KEY)] == [
+        *appended,
+        *late,
+    ]
+
+
+async def test_appends_racing_compactions_lose_nothing(managers: list[SessionManager]) -> None:
+    """A stream of appends from one storage while another keeps compacting."""
+    compactor, writer, reader = managers
+    appended = await seed(compactor, 10)
+    done = asyncio.Event()
+
+    async def yield_a_little() -> None:
+        await asyncio.sleep(0.005)
+
+    async def keep_appending() -> None:
+        try:
+            for index in range(15):
+                entry = await writer.append_message(KEY, "user", f"live {index}", token_count=150)
+                appended.append(entry.message_id)
+                await asyncio.sleep(0)
+        finally:
+            done.set()
+
+    async def keep_compacting() -> list[str | None]:
+        reasons = []
+        while not done.is_set():
+            result = await compactor.compact_with_result(
+                KEY, 1000, summarizer=HookedSummarizer(yield_a_little)
+            )
+            reasons.append(result.skip_reason)
+        return reasons
+
+    _, reasons = await asyncio.gather(keep_appending(), keep_compacting())
+    settled = await compactor.compact_with_result(KEY, 1000)  # no writer left to race
+
+    assert reasons
+    assert settled.removed_count > 0
+    reasons.append(settled.skip_reason)
+    canonical = await reader.get_canonical_transcript(KEY)
+    assert [e.message_id for e in canonical] == appended
+    live = await reader.get_transcript(KEY)
+    assert [e.message_id for e in live] == appended[len(appended) - len(live) :]
+    node = await reader.get_session(KEY)
+    assert node is not None
+    assert node.compaction_count == len(await reader.get_summaries(KEY))
+    assert node.compaction_count == sum(reason is None for reason in reasons)

@@ -1,0 +1,105 @@
+"""The time prefix stamped on user messages (SEMANTICS §5).
+
+The model reads this line to know "now", so its format is fixed; and it must never be
+stamped twice, nor onto empty or JSON content.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from opensquilla.session.timeprefix import format_prefix, needs_prefix, resolve_timezone, stamp
+
+NOW = datetime(2026, 11, 29, 13, 36, 45, tzinfo=UTC)  # a Sunday
+PREFIX_SHAPE = re.compile(
+    r"^\[\d{4}-\d{2}-\d{2}T\d{2}:\d{2}[+-]\d{2}:\d{2} [A-Z][a-z]{2} [^\]]+\]\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_zone_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's zone settings must not leak into these expectations."""
+    monkeypatch.delenv("OPENSQUILLA_TIMEZONE", raising=False)
+    monkeypatch.delenv("TZ", raising=False)
+
+
+@pytest.mark.parametrize(
+    ("zone", "expected"),
+    [
+        ("UTC", "[2026-11-29T13:36+00:00 Sun UTC]\n"),
+        ("Asia/Kolkata", "[2026-11-29T19:06+05:30 Sun IST]\n"),
+        ("America/New_York", "[2026-11-29T08:36-05:00 Sun EST]\n"),
+        ("Asia/Kathmandu", "[2026-11-29T19:21+05:45 Sun +0545]\n"),
+        ("Pacific/Kiritimati", "[2026-11-30T03:36+14:00 Mon +14]\n"),
+    ],
+)
+def test_prefix_format(zone: str, expected: str) -> None:
+    """Minutes precision, offset with a colon, weekday, zone abbreviation, then a newline."""
+    stamped = stamp("hello", timezone=zone, now=NOW)
+    assert stamped == expected + "hello"
+    assert PREFIX_SHAPE.match(stamped)
+
+
+def test_format_prefix_of_an_aware_datetime() -> None:
+    moment = datetime(2026, 7, 4, 9, 5, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert format_prefix(moment) == "[2026-07-04T09:05+02:00 Sat CEST]"
+
+
+@pytest.mark.parametrize("content", ["", " ", "\n\t  \n"])
+def test_empty_or_blank_content_is_not_stamped(content: str) -> None:
+    assert not needs_prefix(content)
+    assert stamp(content, timezone="UTC", now=NOW) == content
+
+
+def test_none_needs_no_prefix() -> None:
+    assert not needs_prefix(None)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[2026-11-29T13:36+00:00 Sun UTC]\nalready",
+        "  [2025-01-01T00:00-08:00 Wed PST] inline",
+        "[2026-11-29T19:06+05:30 Sun IST]\n",
+    ],
+)
+def test_already_stamped_content_is_left_alone(content: str) -> None:
+    """Re-sending a stamped message must not grow a second prefix."""
+    assert not needs_prefix(content)
+    assert stamp(content, timezone="UTC", now=NOW) == content
+
+
+@pytest.mark.parametrize("content", ['{"tool": "x"}', '  \n{"a": 1}', "{"])
+def test_json_content_is_left_alone(content: str) -> None:
+    """Content starting with '{' (after whitespace) is structured; a prefix would break it."""
+    assert stamp(content, timezone="UTC", now=NOW) == content
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[not a stamp] hi", "hi [2026-11-29T13:36+00:00 Sun UTC]", "[2026-11-29 13:36] x", "[{}]"],
+)
+def test_look_alikes_are_stamped(content: str) -> None:
+    """Only a real prefix at the start counts; a bracket or a stamp later on does not."""
+    assert stamp(content, timezone="UTC", now=NOW) == "[2026-11-29T13:36+00:00 Sun UTC]\n" + content
+
+
+def test_stamping_twice_is_stable() -> None:
+    once = stamp("hello", timezone="Asia/Kolkata", now=NOW)
+    assert stamp(once, timezone="UTC", now=NOW) == once
+
+
+def test_zone_resolution_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Explicit zone, then OPENSQUILLA_TIMEZONE, then TZ; unknown names are skipped."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    monkeypatch.setenv("OPENSQUILLA_TIMEZONE", "Europe/Paris")
+    assert resolve_timezone("America/Chicago") == ZoneInfo("America/Chicago")
+    assert resolve_timezone(None) == ZoneInfo("Europe/Paris")
+    assert resolve_timezone("Not/AZone") == ZoneInfo("Europe/Paris")
+    monkeypatch.setenv("OPENSQUILLA_TIMEZONE", "  ")
+    assert resolve_timezone(None) == ZoneInfo("Asia/Tokyo")
+    assert stamp("x", now=NOW).startswith("[2026-11-29T22:36+09:00 Sun JST]\n")
