@@ -1,6 +1,6 @@
 """The test matrix: ``nox`` runs lint and the whole suite on SQLite and on PostgreSQL.
 
-    nox                       # lint, tests(sqlite), tests(postgres)
+    nox                       # lint, tests(sqlite), tests(postgres), bench (--quick smoke)
     nox -s "tests(postgres)" -- -k branch
     nox -s contract           # ../shared/spec/run_contract.py on both backends
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "tests(sqlite)", "tests(postgres)"]
+nox.options.sessions = ["lint", "tests(sqlite)", "tests(postgres)", "bench"]
 nox.options.error_on_missing_interpreters = True
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -62,6 +62,26 @@ def tests(session: nox.Session, backend: str) -> None:
         require_postgres(session, url)
         env["OPENSQUILLA_TEST_DATABASE_URL"] = url
     session.run("pytest", *session.posargs, env=env)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmark's --quick run on both backends: a smoke test, no time is asserted."""
+    session.install("-e", ".")
+    url = postgres_url()
+    require_postgres(session, url)
+    out = Path(session.create_tmp())
+    for backend in ("sqlite", "postgres"):
+        session.run(
+            "python",
+            "bench/run.py",
+            "--backend",
+            backend,
+            "--quick",
+            "--json",
+            str(out / f"{backend}.json"),
+            env={"BENCH_POSTGRES_URL": url},
+        )
 
 
 @nox.session
