@@ -562,34 +562,25 @@ SQLITE_STYLE_PORT = (
 )
 
 
-async def test_postgres_converts_sqlite_style_column_types(
+async def test_sqlite_style_legacy_tables_are_adopted_with_their_values(
     backend: _Backend, empty_database: str
 ) -> None:
-    """Integer booleans become booleans, text JSON becomes JSONB, 32-bit integer timestamps
-    become BIGINT; the rows read back through the store with their values."""
+    """Legacy tables in the older store's SQLite style (integer booleans, JSON in text,
+    integer timestamps) read back through the store with their values on both backends. On
+    Postgres the columns are converted (boolean, JSONB, BIGINT); SQLite keeps them, since it
+    stores by type affinity."""
+    statements = SQLITE_STYLE_PORT
     if not backend.is_postgres:
-        pytest.skip("SQLite stores these by type affinity: nothing to convert")
-    await run_sql(backend, empty_database, SQLITE_STYLE_PORT)
+        statements = tuple(
+            sql.replace("SERIAL PRIMARY KEY", "INTEGER PRIMARY KEY AUTOINCREMENT")
+            for sql in SQLITE_STYLE_PORT
+        )
+    await run_sql(backend, empty_database, statements)
 
     async with SessionStorage(empty_database) as storage:
-        types = {
-            (table, column): data_type
-            for table, column, data_type in await fetch(
-                backend,
-                empty_database,
-                "SELECT table_name, column_name, data_type FROM information_schema.columns "
-                "WHERE table_schema = 'public'",
-            )
-        }
-        assert types["sessions", "fast_mode"] == "boolean"
-        assert types["sessions", "delivery_context"] == "jsonb"
-        assert types["sessions", "created_at"] == "bigint"
-        assert types["sessions", "epoch"] == "bigint"
-        assert types["transcript_entries", "id"] == "bigint"
-        assert types["transcript_entries", "tool_calls"] == "jsonb"
-        assert types["session_context_states", "payload"] == "jsonb"
-        assert types["session_context_states", "valid"] == "boolean"
         assert (await migrate.check(storage.engine)).drift == ()
+        if backend.is_postgres:
+            await _assert_postgres_types_converted(backend, empty_database)
 
         node = await storage.get_session("agent:main:ported")
         assert node is not None
@@ -639,4 +630,23 @@ async def test_postgres_converts_sqlite_style_column_types(
                     sa.text("UPDATE sessions SET epoch = 1 WHERE session_key = 'agent:main:ported'")
                 )
 
+
+async def _assert_postgres_types_converted(backend: _Backend, target: str) -> None:
+    types = {
+        (table, column): data_type
+        for table, column, data_type in await fetch(
+            backend,
+            target,
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'public'",
+        )
+    }
     assert set(TABLES) <= {table for table, _ in types}
+    assert types["sessions", "fast_mode"] == "boolean"
+    assert types["sessions", "delivery_context"] == "jsonb"
+    assert types["sessions", "created_at"] == "bigint"
+    assert types["sessions", "epoch"] == "bigint"
+    assert types["transcript_entries", "id"] == "bigint"
+    assert types["transcript_entries", "tool_calls"] == "jsonb"
+    assert types["session_context_states", "payload"] == "jsonb"
+    assert types["session_context_states", "valid"] == "boolean"
