@@ -29,7 +29,7 @@ from .compaction import (
 from .compaction.obligations import check_coverage, extract_obligations
 from .compaction.payload import build_payload
 from .compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
-from .errors import SessionNotFoundError
+from .errors import InvalidInputError, SessionNotFoundError
 from .keys import canonicalize_session_key
 from .models import SessionContextState, SessionNode, SessionSummary, TranscriptEntry
 from .storage import SessionStorage
@@ -142,6 +142,10 @@ class Compactor:
         summarizer: Summarizer | None = None,
     ) -> CompactionResult:
         config = config or CompactionConfig()
+        if isinstance(context_window_tokens, bool) or not isinstance(context_window_tokens, int):
+            raise InvalidInputError(
+                f"context_window_tokens must be an integer, not {context_window_tokens!r}"
+            )
         normalize_instructions(custom_instructions)  # refuse bad input before any read
         key = canonicalize_session_key(session_key)
         async with _entered(mutation_context):

@@ -13,8 +13,9 @@ import inspect
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -33,7 +34,10 @@ from .errors import (
 from .files import StagedFile
 from .keys import canonicalize_session_key, normalize_agent_id, require_session_key
 from .models import (
+    ChatType,
     GenerationSnapshot,
+    QueueMode,
+    SendPolicy,
     SessionContextState,
     SessionIntent,
     SessionNode,
@@ -71,6 +75,32 @@ PROVENANCE_KEYS = (
 )
 _RESET_ATTEMPTS = 5
 GENERATION_CACHE_SIZE = 10_000
+
+
+E = TypeVar("E", bound=StrEnum)
+# Session fields whose values are an enum's (SEMANTICS §2.1): checked on every write.
+ENUM_FIELDS: dict[str, type[StrEnum]] = {
+    "status": SessionStatus,
+    "chat_type": ChatType,
+    "queue_mode": QueueMode,
+    "send_policy": SendPolicy,
+}
+
+
+def _enum(kind: type[E], value: object) -> E:
+    """``kind(value)``, refused as an ``InvalidInputError`` (still a ``ValueError``)."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(str(value))
+    except ValueError:
+        raise InvalidInputError(f"{value!r} is not a valid {kind.__name__}") from None
+
+
+def _check_enum_fields(fields: Mapping[str, Any]) -> None:
+    for name, kind in ENUM_FIELDS.items():
+        if name in fields:
+            _enum(kind, fields[name])
 
 
 def _invalid(exc: ValidationError) -> InvalidInputError:
@@ -150,6 +180,7 @@ class SessionManager:
             raise InvalidInputError(f"unknown session field(s): {', '.join(sorted(unknown))}")
         if "session_key" in fields:
             raise ProtectedFieldError("session_key is given as the first argument")
+        _check_enum_fields(fields)
         now = now_ms()
         values: dict[str, Any] = {
             "created_at": now,
@@ -206,7 +237,7 @@ class SessionManager:
         ``SessionKeyConflictError``; ``RESET_SAME_KEY`` starts a new generation (see
         :meth:`reset`); ``CONTINUE`` returns the row untouched.
         """
-        intent = SessionIntent(intent)
+        intent = _enum(SessionIntent, intent)
         node, created = await self.get_or_create(session_key, agent_id, **create_kwargs)
         if created:
             return node, True
@@ -237,18 +268,19 @@ class SessionManager:
         for _ in range(_RESET_ATTEMPTS):
             node = await self._require(key)
             staged: list[StagedFile] = []
+            renewed_id = new_session_id()
             try:
                 renewed = await self._storage.reset_session(
                     key,
                     expected_session_id=node.session_id,
                     expected_epoch=node.epoch,
-                    new_session_id=new_session_id(),
+                    new_session_id=renewed_id,
                     now=now_ms(),
                     before_commit=functools.partial(self._stage_archive, staged),
                 )
             except BaseException as exc:
-                for file in staged:
-                    await asyncio.to_thread(file.discard)
+                if staged:
+                    await self._settle_archive(staged, key, renewed_id, refused=exc)
                 if isinstance(exc, StaleEpochError):
                     continue
                 raise
@@ -257,6 +289,36 @@ class SessionManager:
                 path = await self._publish_archive(file, key)
             return ResetReport(self._remember(renewed), node.session_id, path)
         raise StaleEpochError(f"reset of {key} kept racing other writers; not applied")
+
+    async def _settle_archive(
+        self, staged: list[StagedFile], key: str, renewed_id: str, *, refused: BaseException
+    ) -> None:
+        """After a reset raised, keep its staged archive exactly when the reset committed.
+
+        A cancellation or a lost connection can arrive while the COMMIT is already on its
+        way; then the old generation is gone from the database and the archive is its only
+        copy. So the row decides: the new identity means publish, the old one means discard,
+        and no answer means keep the staged file where it is.
+        """
+        committed: bool | None = False
+        if not isinstance(refused, StaleEpochError):
+            try:
+                row = await asyncio.shield(self._storage.get_session(key))
+                committed = row is not None and row.session_id == renewed_id
+            except Exception:
+                committed = None
+        for file in staged:
+            if committed is None:
+                log.warning(
+                    "reset of %s failed and its outcome is unknown; its archive is kept at %s",
+                    key,
+                    file.temporary,
+                    extra={"session_key": key, "operation": "reset"},
+                )
+            elif committed:
+                await self._publish_archive(file, key)
+            else:
+                await asyncio.to_thread(file.discard)
 
     async def _stage_archive(self, staged: list[StagedFile], snapshot: GenerationSnapshot) -> None:
         try:
@@ -310,6 +372,7 @@ class SessionManager:
                 f"field(s) {', '.join(sorted(protected))} of {key} can only be changed by the "
                 "store itself (reset, compaction, create)"
             )
+        _check_enum_fields(fields)
         try:
             validated = SessionNode(session_key=key, **fields)
         except ValidationError as exc:
@@ -327,7 +390,7 @@ class SessionManager:
         self, session_key: str, status: SessionStatus | str = SessionStatus.DONE
     ) -> SessionNode:
         """Set the final status, ``ended_at`` and ``runtime_ms`` in one statement."""
-        value = SessionStatus(status).value
+        value = _enum(SessionStatus, status).value
         return await self._storage.finish_session(session_key, value, now_ms())
 
     async def archive(self, session_key: str) -> None:
@@ -458,7 +521,7 @@ class SessionManager:
         fork), when it fits ``max_fork_tokens``. An existing child key is refused.
         """
         child_key = require_session_key(new_session_key)
-        child_status = SessionStatus(status).value
+        child_status = _enum(SessionStatus, status).value
         if max_fork_tokens is not None and max_fork_tokens < 0:
             raise InvalidInputError("max_fork_tokens must be >= 0")
         now = now_ms()
