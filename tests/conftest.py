@@ -138,6 +138,25 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
         asyncio.run(chosen.drop_database(chosen.template))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "postgres_only: a behaviour only PostgreSQL has (server-side connection kills, "
+        "logins); deselected, not skipped, when the backend is SQLite",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(DATABASE_URL_ENV, "").strip():
+        return
+    kept = [item for item in items if item.get_closest_marker("postgres_only") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(
+            items=[item for item in items if item.get_closest_marker("postgres_only")]
+        )
+        items[:] = kept
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     url = os.environ.get(DATABASE_URL_ENV, "").strip()
     shown = make_url(url).render_as_string(hide_password=True) if url else "sqlite"
