@@ -163,8 +163,10 @@ async def test_appends_racing_compactions_lose_nothing(managers: list[SessionMan
     settled = await compactor.compact_with_result(KEY, 1000)  # no writer left to race
 
     assert reasons
-    assert settled.removed_count > 0
     reasons.append(settled.skip_reason)
+    # At least one compaction committed (during the race, or once it was over), so the
+    # assertions below check a rewritten transcript, not an untouched one.
+    assert any(reason is None for reason in reasons), reasons
     canonical = await reader.get_canonical_transcript(KEY)
     assert [e.message_id for e in canonical] == appended
     live = await reader.get_transcript(KEY)
