@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from opensquilla.session import SessionStorage
-from opensquilla.session.db.dsn import ACCEPTED_FORMS, mask_password, parse_target
+from opensquilla.session.config import mask_password
+from opensquilla.session.db.dsn import ACCEPTED_FORMS, parse_target
 from opensquilla.session.errors import ConfigurationError, SessionStoreError
 
 SECRET = "hunter2-Sekr3t"

@@ -32,8 +32,7 @@ from rich.table import Table
 
 from . import admin, migrate, transfer
 from .compaction import CompactionConfig
-from .config import resolve_dsn
-from .db.dsn import mask_password
+from .config import mask_password, resolve_dsn
 from .demo import run_demo
 from .errors import SessionNotFoundError, SessionStoreError
 from .manager import SessionManager

@@ -7,9 +7,11 @@ that changes an environment variable is obeyed from the next call on.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DSN_ENV = "OPENSQUILLA_SESSION_DSN"
+_CREDENTIALS = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
 STATE_DIR_ENV = "OPENSQUILLA_STATE_DIR"
 ARCHIVE_DIR_ENV = "OPENSQUILLA_SESSION_ARCHIVE_DIR"
 
@@ -44,3 +46,8 @@ def resolve_dsn(explicit: str | None = None) -> str:
     if configured:
         return configured
     return str(default_database_path())
+
+
+def mask_password(text: str) -> str:
+    """Hide the password of anything that looks like a URL with credentials."""
+    return _CREDENTIALS.sub(r"\1:***@", text)

@@ -82,9 +82,3 @@ def stage_file(directory: Path, name: str, data: bytes) -> StagedFile:
         raise
     os.close(fd)
     return StagedFile(temporary, directory / name)
-
-
-def write_atomically(directory: Path, name: str, data: bytes) -> Path:
-    """Write ``directory/name`` owner-only and atomically: temporary file, fsync, rename,
-    directory fsync. A reader sees the old state or the whole new file, never a part."""
-    return stage_file(directory, name, data).publish()

@@ -72,6 +72,21 @@ class FlushReceiptStatus(StrEnum):
 _set = object.__setattr__
 
 
+# Identifier-like message fields: plain text on both backends, so NUL is refused in them.
+IDENTIFIER_FIELDS = (
+    "session_id",
+    "session_key",
+    "message_id",
+    "role",
+    "tool_call_id",
+    "provenance_kind",
+    "provenance_origin_session_id",
+    "provenance_source_session_key",
+    "provenance_source_channel",
+    "provenance_source_tool",
+)
+
+
 def _refuse_nul(cls: type, value: str | None) -> str | None:
     """Identifier-like text may not hold NUL (Postgres could not store it as plain text)."""
     if value is not None and "\x00" in value:
@@ -83,10 +98,6 @@ class _Record(BaseModel):
     """Base of the persisted records: mutable, strict about unknown fields."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
-
-    @classmethod
-    def field_names(cls) -> frozenset[str]:
-        return frozenset(cls.model_fields)
 
     @classmethod
     def from_row(cls, values: dict[str, Any]) -> Self:
@@ -192,18 +203,7 @@ class TranscriptEntry(_Record):
     provenance_source_tool: str | None = None
     schema_version: int = 1
 
-    _identifiers_have_no_nul = field_validator(
-        "session_id",
-        "session_key",
-        "message_id",
-        "role",
-        "tool_call_id",
-        "provenance_kind",
-        "provenance_origin_session_id",
-        "provenance_source_session_key",
-        "provenance_source_channel",
-        "provenance_source_tool",
-    )(_refuse_nul)
+    _identifiers_have_no_nul = field_validator(*IDENTIFIER_FIELDS)(_refuse_nul)
 
 
 class CompactedTranscriptEntry(_Record):
@@ -233,18 +233,7 @@ class CompactedTranscriptEntry(_Record):
     archived_at: int = Field(default_factory=now_ms)
     schema_version: int = 1
 
-    _identifiers_have_no_nul = field_validator(
-        "session_id",
-        "session_key",
-        "message_id",
-        "role",
-        "tool_call_id",
-        "provenance_kind",
-        "provenance_origin_session_id",
-        "provenance_source_session_key",
-        "provenance_source_channel",
-        "provenance_source_tool",
-    )(_refuse_nul)
+    _identifiers_have_no_nul = field_validator(*IDENTIFIER_FIELDS)(_refuse_nul)
 
 
 class SessionSummary(_Record):
@@ -294,28 +283,7 @@ class SessionContextState(_Record):
     schema_version: int = 1
 
 
-# Fields of a transcript entry that describe the message itself (not its row identity).
-TRANSCRIPT_PAYLOAD_FIELDS: tuple[str, ...] = (
-    "message_id",
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "reasoning_content",
-    "turn_usage",
-    "turn_context",
-    "created_at",
-    "token_count",
-    "provenance_kind",
-    "provenance_origin_session_id",
-    "provenance_source_session_key",
-    "provenance_source_channel",
-    "provenance_source_tool",
-    "schema_version",
-)
-
 __all__ = [
-    "TRANSCRIPT_PAYLOAD_FIELDS",
     "ChatType",
     "CompactedTranscriptEntry",
     "FlushReceiptStatus",

@@ -16,6 +16,7 @@ from typing import Literal
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from ..config import mask_password
 from ..errors import ConfigurationError
 
 Backend = Literal["sqlite", "postgresql"]
@@ -29,12 +30,6 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _MALFORMED_URL = re.compile(
     r"^(?:postgres(?:ql)?|sqlite|mysql|mariadb|oracle|mssql)(?:\+\w+)?:", re.IGNORECASE
 )
-_CREDENTIALS = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
-
-
-def mask_password(text: str) -> str:
-    """Hide the password of anything that looks like a URL with credentials."""
-    return _CREDENTIALS.sub(r"\1:***@", text)
 
 
 @dataclass(frozen=True)

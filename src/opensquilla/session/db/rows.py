@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Column, ColumnElement, Select, Table, Text, select, type_coerce
+from sqlalchemy import JSON, ColumnElement, Select, Table, Text, select, type_coerce
 from sqlalchemy.engine import Result, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -32,11 +32,7 @@ from .types import json_deserializer
 
 M = TypeVar("M", bound=_Record)
 
-SESSION_COLUMNS: tuple[str, ...] = tuple(c.name for c in sessions.columns)
 TRANSCRIPT_COLUMNS: tuple[str, ...] = tuple(c.name for c in transcript_entries.columns)
-ARCHIVE_COLUMNS: tuple[str, ...] = tuple(c.name for c in compacted_transcript_entries.columns)
-SUMMARY_COLUMNS: tuple[str, ...] = tuple(c.name for c in session_summaries.columns)
-STATE_COLUMNS: tuple[str, ...] = tuple(c.name for c in session_context_states.columns)
 
 MODEL_FOR_TABLE: dict[str, type[_Record]] = {
     "sessions": SessionNode,
@@ -134,7 +130,3 @@ def to_models(model: type[M], dialect_name: str, result: Result[Any]) -> list[M]
         setter(obj, "__pydantic_private__", None)
         append(obj)
     return out
-
-
-def columns_except(table: Table, *names: str) -> list[Column[Any]]:
-    return [c for c in table.columns if c.name not in names]
