@@ -20,11 +20,36 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 from sqlalchemy.engine import make_url
 
 from opensquilla.session import SessionManager, SessionStorage
 
 DATABASE_URL_ENV = "OPENSQUILLA_TEST_DATABASE_URL"
+
+# Property tests: the default ("ci") profile is derandomized (the same examples on every run,
+# on every machine) and keeps no example database, so a run can neither find a new failure
+# by luck nor replay an old one found elsewhere. "explore" is for hunting locally:
+# HYPOTHESIS_PROFILE=explore pytest tests/unit tests/compaction/test_properties.py
+# (random seeds, printed with the reproduction blob on failure, and many more examples).
+settings.register_profile(
+    "ci",
+    max_examples=150,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore",
+    max_examples=2000,
+    deadline=None,
+    print_blob=True,
+    phases=list(Phase),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _pg_admin_dsn(url: str, database: str | None = None) -> str:

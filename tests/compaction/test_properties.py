@@ -67,7 +67,6 @@ def _call_positions(entries: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
-@settings(max_examples=150, deadline=None)
 @given(entries=transcripts, window=st.integers(min_value=1, max_value=4000), config=configs)
 def test_cut_respects_tool_pairs_suffix_and_protected_tail(
     entries: list[dict[str, Any]], window: int, config: CompactionConfig

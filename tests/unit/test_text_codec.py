@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -93,15 +94,45 @@ def test_escape_examples(raw: str, escaped: str) -> None:
     assert unescape_text(escaped) == raw
 
 
+def _strings_in(document: Any) -> Iterator[str]:
+    """Every string of a parsed JSON document, keys included."""
+    if isinstance(document, str):
+        yield document
+    elif isinstance(document, list):
+        for item in document:
+            yield from _strings_in(item)
+    elif isinstance(document, dict):
+        for key, item in document.items():
+            yield key
+            yield from _strings_in(item)
+
+
 @given(json_values)
 def test_postgres_json_round_trips(value: Any) -> None:
-    """JSON with NUL or the marker in keys and values survives the Postgres codec."""
+    """JSON with NUL or the marker in keys and values survives the Postgres codec, and
+    the text handed to Postgres is a document ``jsonb`` accepts: no raw NUL in the text,
+    and no string that decodes to one (``jsonb`` refuses the ``\\u0000`` escape). The
+    check parses the text rather than searching it, so a literal backslash followed by
+    ``u0000`` in a key or value (which JSON writes as ``\\\\u0000``) is not mistaken for it."""
     dumps = json_serializer("postgresql")
     loads = json_deserializer("postgresql")
     text = dumps(value)
-    assert "\\u0000" not in text
     assert "\x00" not in text
+    assert not any("\x00" in string for string in _strings_in(json.loads(text)))
     assert loads(text) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"\\u0000": "\\u0000"}, ["\\\\u0000", "a\\u0000b"], "\\u0000\x00"],
+)
+def test_postgres_json_keeps_literal_backslash_u_sequences(value: Any) -> None:
+    """The example hypothesis once found: a literal ``\\u0000`` (six characters) is text
+    like any other and round-trips unchanged."""
+    text = json_serializer("postgresql")(value)
+    assert "\x00" not in text
+    assert not any("\x00" in string for string in _strings_in(json.loads(text)))
+    assert json_deserializer("postgresql")(text) == value
 
 
 @given(json_values)
@@ -143,3 +174,14 @@ def test_sqlite_reads_invalid_legacy_json_as_none() -> None:
     """The older store read non-JSON text as None; legacy rows must stay readable."""
     assert json_deserializer("sqlite")("not json {") is None
     assert json_deserializer("sqlite")('{"ok": 1}') == {"ok": 1}
+
+
+@pytest.mark.parametrize("number", [2.5e16, 1e300, -3e20, 1.7976931348623157e308, 5e-324])
+def test_postgres_json_writes_big_floats_with_a_fraction(number: float) -> None:
+    """``jsonb`` prints ``2.5e+16`` back as ``25000000000000000`` (an int once read); the
+    codec writes it positionally with ``.0`` so it reads back as the same float."""
+    text = json_serializer("postgresql")({"n": [number], "s": "e+"})
+    assert "e+" not in text.replace('"e+"', "")
+    back = json_deserializer("postgresql")(text)
+    assert back == {"n": [number], "s": "e+"}
+    assert type(back["n"][0]) is float
