@@ -11,6 +11,8 @@ Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 import uuid
 from typing import Any, Literal
 
@@ -30,6 +32,36 @@ SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 # Execution option read by the BEGIN hook: "IMMEDIATE", "DEFERRED" or "NONE" (autocommit).
 BEGIN_OPTION = "opensquilla_begin"
 BUSY_TIMEOUT_MS = 30_000
+
+
+def _enter_wal(cursor: Any) -> None:
+    """Put a database file in WAL mode, waiting out other connections doing the same.
+
+    WAL mode is a property of the file: once set it stays, so an existing WAL database costs
+    one read. Switching needs an exclusive lock, and SQLite answers a switch that meets
+    another connection's lock with "database is locked" at once, without its busy handler
+    (so that two upgrading readers cannot deadlock). Several workers opening one new file at
+    the same moment meet exactly that; each retries, with a short backoff, for as long as
+    the busy timeout allows.
+    """
+    cursor.execute("PRAGMA journal_mode")
+    row = cursor.fetchone()
+    if row is not None and str(row[0]).lower() == "wal":
+        return
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # only while several connections create one file at once
+        pause = min(pause * 2, 0.1)
 
 
 def _uuid4() -> str:
@@ -104,7 +136,7 @@ def _sqlite_engine(
         try:
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if file_backed:
-                cursor.execute("PRAGMA journal_mode = WAL")
+                _enter_wal(cursor)
             cursor.execute(f"PRAGMA synchronous = {synchronous}")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
