@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.db.types import MARKER
@@ -41,6 +43,7 @@ AWKWARD: dict[str, str] = {
     "marker_inside": "mid" + MARKER + "dle",
     "backslashes": "C:\\temp\\0\\\\new\\n",
     "escape_lookalike": "\\0",
+    "json_escape_lookalike": "\\u0000 and \\\\u0000",
     "emoji": "🦑 squid 👩‍👩‍👧 family 🏳️‍🌈",
     "cjk": "中文字符 日本語のテキスト 한국어",
     "right_to_left": "مرحبا بالعالم שלום \u202eevil\u202c",
@@ -59,6 +62,54 @@ def _json_with(value: str) -> dict[str, Any]:
 
 
 # -- round trips -------------------------------------------------------------------------
+
+_property_text = st.text(
+    alphabet=st.one_of(
+        st.sampled_from(["\x00", "\\", "u", "0", MARKER, "é", "🦑"]),
+        st.characters(codec="utf-8"),
+    ),
+    max_size=20,
+)
+_property_json = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**53), max_value=2**53),
+        st.floats(allow_nan=False, allow_infinity=False),
+        _property_text,
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(_property_text, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=_property_text, document=_property_json)
+async def test_any_text_and_json_is_accepted_and_read_back_exactly(
+    storage: SessionStorage, text: str, document: Any
+) -> None:
+    """The database itself accepts whatever the codec hands it (Postgres refuses NUL in
+    ``text`` and the ``\\u0000`` escape in ``jsonb``), and it reads back unchanged."""
+    key = f"agent:prop:{abs(hash((text, repr(document))))}"
+    node = await storage.get_session(key) or await new_session(storage, key)
+    entry = TranscriptEntry(
+        session_id=node.session_id,
+        session_key=node.session_key,
+        role="assistant",
+        content=text,
+        tool_calls=[{"arguments": document}],
+        turn_context={"value": document},
+    )
+    written = await storage.append_transcript_entry(entry)
+    read = await storage.get_transcript(node.session_id)
+    assert read[-1] == written
+    assert (read[-1].content, read[-1].tool_calls, read[-1].turn_context) == (
+        text,
+        [{"arguments": document}],
+        {"value": document},
+    )
 
 
 async def test_transcript_text_and_json_round_trip(storage: SessionStorage) -> None:

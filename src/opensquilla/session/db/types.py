@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Integer, Text
@@ -69,6 +71,33 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+def _dumps_keeping_big_floats(value: Any) -> str:
+    """JSON text in which a float of magnitude >= 1e16 keeps a fractional part.
+
+    ``jsonb`` stores numbers as ``numeric`` and prints ``2.5e+16`` back as
+    ``25000000000000000``, which reads as an ``int``: the value would come back with another
+    type. Written positionally with ``.0`` (the same decimal value, so the same float), it
+    reads back as the float it was. Only called when the plain text holds ``e+``.
+    """
+    token = f"\ufdd1{uuid.uuid4().hex}\ufdd1"
+    floats: list[str] = []
+
+    def mark(item: Any) -> Any:
+        if isinstance(item, float) and "e+" in repr(item):
+            floats.append(format(Decimal(repr(item)), "f") + ".0")
+            return f"{token}{len(floats) - 1}"
+        if isinstance(item, dict):
+            return {key: mark(inner) for key, inner in item.items()}
+        if isinstance(item, list | tuple):
+            return [mark(inner) for inner in item]
+        return item
+
+    text = _dumps(mark(value))
+    for index, number in enumerate(floats):
+        text = text.replace(f'"{token}{index}"', number, 1)
+    return text
+
+
 def json_serializer(dialect_name: str) -> Callable[[Any], str]:
     """The engine's JSON serializer: strict JSON; NUL-safe on Postgres."""
     if dialect_name != "postgresql":
@@ -77,7 +106,10 @@ def json_serializer(dialect_name: str) -> Callable[[Any], str]:
     def dumps_pg(value: Any) -> str:
         text = _dumps(value)
         if "\\u0000" in text or MARKER in text:
-            text = _dumps(_walk(value, escape_text))
+            value = _walk(value, escape_text)
+            text = _dumps(value)
+        if "e+" in text:
+            text = _dumps_keeping_big_floats(value)
         return text
 
     return dumps_pg
