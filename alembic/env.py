@@ -37,6 +37,9 @@ def run_migrations_offline() -> None:
         url=url,
         literal_binds=True,
         dialect_opts={"paramstyle": "named"},
+        # The script is one transaction on SQLite too (BEGIN ... COMMIT), so a failing
+        # statement leaves no half-built schema behind.
+        transactional_ddl=True,
         **migrate.context_options(url.get_backend_name()),
     )
     with context.begin_transaction():
@@ -44,7 +47,10 @@ def run_migrations_offline() -> None:
 
 
 if context.is_offline_mode():
-    run_migrations_offline()
+    # Offline (``--sql``) the script is written for an empty database (adoption needs the
+    # live schema); an unusable DSN or a refusal is one ``FAILED:`` line, not a traceback.
+    with migrate.cli_errors():
+        run_migrations_offline()
 elif (shared := config.attributes.get("connection")) is not None:
     run_migrations(shared)
 else:

@@ -10,10 +10,18 @@ of these tables, no ``alembic_version``, and fewer columns:
   ``sqlite_sequence``). NOT NULL columns carry server defaults, so existing rows read back
   with them;
 * missing indexes are created; tables that are not ours are never touched;
-* the epoch guard (a trigger refusing a lower ``sessions.epoch``) exists on both backends.
+* the epoch guard (a trigger refusing a lower ``sessions.epoch``) exists on both backends;
+* a table that merely shares one of the five names (its key columns are not ours) is
+  refused with a ``MigrationError`` before anything is written: adopting it would graft
+  our columns and triggers onto someone else's table, and a later ``downgrade base`` would
+  drop it with its rows;
+* rows older than the cost-source columns are back-filled as the older store's own
+  migration (yoyo ``V007__session_cost_source_rollup``) did.
 
 The live schema is inspected here, so the revision is idempotent and safe on a
-half-adopted file.
+half-adopted file. An offline run (``alembic upgrade head --sql``) cannot inspect anything:
+it writes the script for an empty database, and says that adopting an existing one needs
+an online upgrade.
 
 Revision ID: 0001
 Revises:
@@ -30,7 +38,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from alembic import op
+from alembic import context, op
+from opensquilla.session.errors import MigrationError
 
 revision: str = "0001"
 down_revision: str | Sequence[str] | None = None
@@ -306,9 +315,51 @@ TABLES: dict[str, tuple[Callable[[], list[Any]], IndexSpec, dict[str, Any]]] = {
 _BACKFILL_DEFAULTS = {sa.Text: "''", sa.BigInteger: "0", sa.Integer: "0"}
 
 
+# What makes a table one of ours: its primary key, and the columns the older store created
+# it with as NOT NULL without a default (they were there from its first release, and
+# adoption could only invent values for them). ``sessions`` is identified by its key alone:
+# the older store itself left a bare ``sessions(session_key TEXT PRIMARY KEY)`` behind
+# (SEMANTICS §3.6), which is adopted.
+OUR_TABLE_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "sessions": (("session_key",), ()),
+    "transcript_entries": (
+        ("id",),
+        ("session_id", "session_key", "message_id", "role", "created_at"),
+    ),
+    "compacted_transcript_entries": (
+        ("id",),
+        ("session_id", "session_key", "message_id", "role", "created_at", "archived_at"),
+    ),
+    "session_summaries": (
+        ("id",),
+        ("session_id", "session_key", "summary_text", "created_at"),
+    ),
+    "session_context_states": (
+        ("id",),
+        ("session_id", "session_key", "state_kind", "created_at"),
+    ),
+}
+
+# The columns the older store's V007 migration added to ``sessions``, back-filling them from
+# ``estimated_cost_usd``.
+_COST_SOURCE_COLUMNS = frozenset(
+    {
+        "total_cost_usd",
+        "billed_cost_usd",
+        "estimated_cost_component_usd",
+        "cost_source",
+        "missing_cost_entries",
+    }
+)
+
+
 def upgrade() -> None:
+    if context.is_offline_mode():
+        _create_fresh_schema()
+        return
     bind = op.get_bind()
     existing = set(sa.inspect(bind).get_table_names())
+    _refuse_foreign_tables(bind, existing & set(TABLES))
     for name, (columns, indexes, options) in TABLES.items():
         if name in existing:
             _widen(bind, name, columns())
@@ -316,7 +367,7 @@ def upgrade() -> None:
         else:
             op.create_table(name, *columns(), **options)
         _ensure_indexes(bind, name, indexes)
-    _ensure_epoch_guard(bind)
+    _ensure_epoch_guard(bind.dialect.name)
 
 
 def downgrade() -> None:
@@ -328,6 +379,60 @@ def downgrade() -> None:
         op.execute("DROP TRIGGER IF EXISTS prevent_epoch_rollback")
     for name in reversed(TABLES):
         op.drop_table(name)
+
+
+def _create_fresh_schema() -> None:
+    """The offline script (``--sql``): the schema of an empty database, nothing inspected."""
+    migration = op.get_context()
+    migration.impl.static_output(
+        "-- opensquilla-session: this script creates the schema in an EMPTY database.\n"
+        "-- Adopting an existing (legacy) database needs the live schema: run an online\n"
+        "-- upgrade instead (alembic upgrade head, or opensquilla-session db upgrade)."
+    )
+    for name, (columns, indexes, options) in TABLES.items():
+        op.create_table(name, *columns(), **options)
+        for index, (indexed, unique) in indexes.items():
+            op.create_index(index, name, indexed, unique=unique)
+    _ensure_epoch_guard(migration.dialect.name)
+
+
+def _shown(name: str) -> str:
+    """A name read from someone else's schema, safe for a one-line message."""
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in name)
+    return text if len(text) <= 64 else text[:64] + "..."
+
+
+def _refuse_foreign_tables(bind: sa.engine.Connection, present: set[str]) -> None:
+    """Refuse, before anything is written, a table that only shares one of our names."""
+    inspector = sa.inspect(bind)
+    problems = []
+    for table in (name for name in TABLES if name in present):
+        key, required = OUR_TABLE_SIGNATURES[table]
+        columns = [column["name"] for column in inspector.get_columns(table)]
+        primary = tuple(inspector.get_pk_constraint(table).get("constrained_columns") or ())
+        wrong = []
+        if primary != key:
+            ours = f"({', '.join(key)})"
+            if primary:
+                found = ", ".join(_shown(c) for c in primary)
+                wrong.append(f"its primary key is ({found}), not {ours}")
+            else:
+                wrong.append(f"it has no primary key (ours is {ours})")
+        absent = [column for column in required if column not in columns]
+        if absent:
+            wrong.append(f"it lacks column(s) {', '.join(absent)}")
+        if wrong:
+            shown = ", ".join(_shown(c) for c in columns[:12])
+            more = f" and {len(columns) - 12} more" if len(columns) > 12 else ""
+            problems.append(
+                f"table {table} is not an opensquilla session table: {' and '.join(wrong)} "
+                f"(its columns: {shown}{more})"
+            )
+    if problems:
+        raise MigrationError(
+            "; ".join(problems) + "; nothing was changed. Rename or move that table (it "
+            "belongs to something else), or point opensquilla-session at another database"
+        )
 
 
 def _widen(bind: sa.engine.Connection, table: str, columns: list[Any]) -> None:
@@ -355,6 +460,31 @@ def _widen(bind: sa.engine.Connection, table: str, columns: list[Any]) -> None:
         # The older store allowed NULL epochs before it made the column NOT NULL.
         sessions = sa.table("sessions", sa.column("epoch"))
         op.execute(sessions.update().where(sessions.c.epoch.is_(None)).values(epoch=0))
+    if table == "sessions" and "estimated_cost_usd" in present and _COST_SOURCE_COLUMNS - present:
+        _backfill_cost_source()
+
+
+def _backfill_cost_source() -> None:
+    """Rows older than the cost-source columns read back as the older store's own cost
+    migration left them: a legacy ``estimated_cost_usd`` becomes both the total and the
+    estimated component, marked ``opensquilla_estimate``. A row that already carries any
+    other cost detail, or has no cost at all, is left alone. It runs only when adoption has
+    just added some of those columns, so rows of a table that already had them are never
+    touched."""
+    op.execute(
+        """
+        UPDATE sessions
+        SET total_cost_usd = estimated_cost_usd,
+            estimated_cost_component_usd = estimated_cost_usd,
+            cost_source = 'opensquilla_estimate'
+        WHERE COALESCE(estimated_cost_usd, 0.0) > 0.0
+          AND COALESCE(total_cost_usd, 0.0) = 0.0
+          AND COALESCE(billed_cost_usd, 0.0) = 0.0
+          AND COALESCE(estimated_cost_component_usd, 0.0) = 0.0
+          AND COALESCE(missing_cost_entries, 0) = 0
+        """
+    )
+    log.info("adopted sessions: back-filled the cost-source columns from estimated_cost_usd")
 
 
 def _convert_sqlite_style_types(
@@ -475,9 +605,9 @@ def _has_duplicates(bind: sa.engine.Connection, table: str, columns: list[str]) 
     return bind.execute(query).first() is not None
 
 
-def _ensure_epoch_guard(bind: sa.engine.Connection) -> None:
+def _ensure_epoch_guard(dialect: str) -> None:
     """A trigger that refuses any UPDATE lowering ``sessions.epoch`` (SEMANTICS §6)."""
-    if bind.dialect.name == "postgresql":
+    if dialect == "postgresql":
         op.execute(
             """
             CREATE OR REPLACE FUNCTION opensquilla_prevent_epoch_rollback() RETURNS trigger

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from alembic import command
 
-from .config import resolve_dsn
+from .config import mask_password, resolve_dsn
 from .db.base import Base
 from .db.dsn import parse_target
 from .db.engine import BEGIN_OPTION, create_engine
 from .db.errors import translated_errors
 from .db.tables import OUR_TABLES
-from .errors import MigrationError
+from .errors import MigrationError, SessionStoreError
 from .files import ensure_private_file
 
 log = logging.getLogger(__name__)
@@ -326,24 +326,36 @@ def history() -> list[RevisionInfo]:
 
 def cli_dsn(x_arguments: Mapping[str, str]) -> str:
     """The DSN for the ``alembic`` command line: ``-x dsn=...``, the env variable, the default."""
-    return resolve_dsn(x_arguments.get("dsn"))
+    return resolve_dsn(x_arguments.get("dsn"), given_as="-x dsn=")
 
 
 def offline_url(dsn: str) -> URL:
     return parse_target(dsn).url
 
 
+@contextlib.contextmanager
+def cli_errors() -> Iterator[None]:
+    """For the ``alembic`` command line: the package's own errors (a refused adoption, a
+    bad DSN) become Alembic's ``CommandError``, which it prints as one ``FAILED:`` line
+    with exit status 255, instead of a traceback. The message never carries a password."""
+    try:
+        yield
+    except SessionStoreError as exc:
+        raise CommandError(mask_password(" ".join(str(exc).split()))) from exc
+
+
 def run_from_cli(x_arguments: Mapping[str, str], fn: Callable[[Connection], None]) -> None:
     """Run migrations for the ``alembic`` command line, with the same locking as code."""
-    target = parse_target(cli_dsn(x_arguments))
-    if target.path is not None:
-        ensure_private_file(target.path)
+    with cli_errors():
+        target = parse_target(cli_dsn(x_arguments))
+        if target.path is not None:
+            ensure_private_file(target.path)
 
-    async def main() -> None:
-        engine = create_engine(target)
-        try:
-            await _run_locked(engine, fn)
-        finally:
-            await engine.dispose()
+        async def main() -> None:
+            engine = create_engine(target)
+            try:
+                await _run_locked(engine, fn)
+            finally:
+                await engine.dispose()
 
-    asyncio.run(main())
+        asyncio.run(main())

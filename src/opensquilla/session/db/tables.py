@@ -36,6 +36,10 @@ class SessionRow(Base):
     __table_args__ = (
         Index("idx_sessions_updated_at", "updated_at"),
         Index("idx_sessions_workspace_id", "workspace_id"),
+        # A session id names one generation of one session; delete, prune, cap and reset
+        # act on every row carrying it, so two sessions sharing one would destroy each
+        # other's rows. The database itself refuses a second one (revision 0002).
+        Index("uq_sessions_session_id", "session_id", unique=True),
     )
 
     session_key: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -58,7 +62,8 @@ class SessionRow(Base):
     auth_profile_override_source: Mapped[str | None] = mapped_column(LosslessText)
     context_tokens: Mapped[int | None] = mapped_column(BigInteger)
     model_routing_mode: Mapped[str | None] = mapped_column(LosslessText)
-    model_routing_revision: Mapped[int] = mapped_column(Integer, server_default=_ZERO)
+    # Revision counters may be clocks (milliseconds), so they are 64-bit (revision 0002).
+    model_routing_revision: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
     input_tokens: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
     output_tokens: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
     total_tokens: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
@@ -88,7 +93,7 @@ class SessionRow(Base):
     collaboration_mode: Mapped[str] = mapped_column(
         LosslessText, server_default=_text_default("default")
     )
-    collaboration_revision: Mapped[int] = mapped_column(Integer, server_default=_ZERO)
+    collaboration_revision: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
     active_plan_revision_id: Mapped[str | None] = mapped_column(LosslessText)
     label: Mapped[str | None] = mapped_column(LosslessText)
     display_name: Mapped[str | None] = mapped_column(LosslessText)
