@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from opensquilla.session.db import rows, tables
+from opensquilla.session.errors import InvalidInputError
 from opensquilla.session.models import (
     ChatType,
     CompactedTranscriptEntry,
@@ -209,14 +210,17 @@ def test_context_state_payload_default_is_not_shared() -> None:
     ],
 )
 def test_required_fields(model: type[Any], missing: set[str]) -> None:
-    with pytest.raises(ValidationError) as info:
+    # The package's own error (a ValueError), caused by pydantic's, naming every field.
+    with pytest.raises(InvalidInputError) as info:
         model()
-    assert {str(error["loc"][0]) for error in info.value.errors()} == missing
+    assert isinstance(info.value.__cause__, ValidationError)
+    assert {str(error["loc"][0]) for error in info.value.__cause__.errors()} == missing
+    assert all(name in str(info.value) for name in missing)
 
 
 def test_unknown_fields_are_refused() -> None:
     """A typo in a field name must fail loudly instead of being dropped."""
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidInputError, match="sesion_id"):
         SessionNode(session_key="k", sesion_id="typo")  # type: ignore[call-arg]
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import migrate
+from .archive import RecoveredArchive, StagedArchive, staged_archives
 from .config import archive_directory
 from .errors import InvalidInputError
 from .operations import StoreCounts
@@ -103,11 +104,50 @@ async def downgrade(dsn: str, revision: str) -> tuple[tuple[str, ...], tuple[str
 
 
 @dataclass(frozen=True)
+class ArchiveReport:
+    """Reset archives that need an operator's eye.
+
+    ``unpublished``: hidden, staged archives still in the directory: a reset in flight, or
+    one a stopped process left that no start has settled (another database's, an older
+    version's, or an unreadable one). ``recovered``: those this store's start settled
+    after a crash (``SessionStorage.recovered_archives``).
+    """
+
+    unpublished: tuple[StagedArchive, ...] = ()
+    recovered: tuple[RecoveredArchive, ...] = ()
+    store_tag: str | None = None
+
+    def as_json(self) -> dict[str, list[dict[str, object]]]:
+        return {
+            "unpublished": [
+                {
+                    "path": str(item.path),
+                    "publish_as": str(item.final),
+                    "bytes": item.size,
+                    "this_store": item.store_tag is not None and item.store_tag == self.store_tag,
+                }
+                for item in self.unpublished
+            ],
+            "recovered": [
+                {
+                    "path": str(item.path),
+                    "session_key": item.session_key,
+                    "session_id": item.session_id,
+                    "outcome": item.outcome,
+                    "reason": item.reason,
+                }
+                for item in self.recovered
+            ],
+        }
+
+
+@dataclass(frozen=True)
 class StoreStats:
     counts: StoreCounts
     reset_archive_directory: Path
     reset_archive_files: int
     reset_archive_bytes: int
+    archives: ArchiveReport = ArchiveReport()
 
 
 def _archive_files(directory: Path) -> tuple[int, int]:
@@ -117,9 +157,15 @@ def _archive_files(directory: Path) -> tuple[int, int]:
     return len(sizes), sum(sizes)
 
 
+async def archive_report(storage: SessionStorage) -> ArchiveReport:
+    """The reset archives of :class:`ArchiveReport` (for ``stats`` and ``repair list``)."""
+    staged = await asyncio.to_thread(staged_archives, archive_directory())
+    return ArchiveReport(tuple(staged), storage.recovered_archives, storage.archive_store_tag)
+
+
 async def collect_stats(storage: SessionStorage) -> StoreStats:
     """Row counts of the store, plus the reset archive files on this machine."""
     counts = await storage.store_counts()
     directory = archive_directory()
     files, size = await asyncio.to_thread(_archive_files, directory)
-    return StoreStats(counts, directory, files, size)
+    return StoreStats(counts, directory, files, size, await archive_report(storage))

@@ -6,23 +6,37 @@ before anything is deleted, and renamed into place only once the reset has commi
 reset that rolls back removes it. The directory is
 ``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, resolved at each reset, else the opensquilla home's
 ``session-archive``.
+
+A process that stops between a reset's COMMIT and that rename leaves the only copy of the
+old generation under the hidden name; the store's next start settles it
+(:func:`recover_staged_archives`), and ``stats`` and ``repair list`` report it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import logging
+import os
 import re
+import stat
+import time
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from .config import archive_directory
-from .files import StagedFile, stage_file
+from .files import CAN_LOCK, StagedFile, lock_staged, stage_file
+from .jsontext import strict_json
 from .models import GenerationSnapshot
+
+log = logging.getLogger(__name__)
 
 ARCHIVE_SCHEMA_VERSION = 1
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -54,19 +68,17 @@ def archive_document(snapshot: GenerationSnapshot, *, reason: str, now_ms: int) 
 
 
 def encode_document(document: dict[str, Any]) -> bytes:
-    """Indented UTF-8 JSON; compact when a value is nested too deeply for the indenting
-    encoder (which spends a Python frame per level), so that nothing the database holds
-    is ever unarchivable."""
-    try:
-        text = json.dumps(document, indent=2, ensure_ascii=False)
-    except RecursionError:
-        text = json.dumps(document, ensure_ascii=False)
-    return text.encode("utf-8")
+    """Indented, strict UTF-8 JSON (``jsontext``): never a bare ``NaN``, and no depth
+    limit, so that nothing the database holds is ever unarchivable."""
+    return strict_json(document).encode("utf-8")
 
 
-def _stage(directory: Path, name: str, document: dict[str, Any]) -> StagedFile:
+def _stage(directory: Path, name: str, document: dict[str, Any], tag: str | None) -> StagedFile:
     # On a worker thread: a fresh stack for the encoder, and the event loop stays free.
-    return stage_file(directory, name, encode_document(document))
+    staged = stage_file(directory, name, encode_document(document))
+    if tag is not None:
+        staged.label(tag)
+    return staged
 
 
 def _discard_when_done(staging: asyncio.Future[StagedFile]) -> None:
@@ -75,10 +87,19 @@ def _discard_when_done(staging: asyncio.Future[StagedFile]) -> None:
 
 
 async def stage_reset_archive(
-    snapshot: GenerationSnapshot, *, now_ms: int, reason: str = "reset_same_key"
+    snapshot: GenerationSnapshot,
+    *,
+    now_ms: int,
+    reason: str = "reset_same_key",
+    store_tag: str | None = None,
 ) -> StagedFile | None:
     """Write the archive of ``snapshot`` under a temporary name (fsynced, owner-only);
-    ``None`` when the generation held nothing. Publish it once the reset has committed."""
+    ``None`` when the generation held nothing. Publish it once the reset has committed.
+
+    ``store_tag`` (:func:`store_tag`) names the database the reset runs on; the temporary
+    name carries it, so that after a crash only that database's next start settles the
+    file (the published name is the same either way).
+    """
     if not snapshot.transcript and not snapshot.summaries:
         return None
     document = archive_document(snapshot, reason=reason, now_ms=now_ms)
@@ -86,7 +107,9 @@ async def stage_reset_archive(
         f"{now_ms}-{safe_name_part(snapshot.session.session_key)}-"
         f"{safe_name_part(snapshot.session.session_id)}-{uuid.uuid4().hex[:8]}.json"
     )
-    staging = asyncio.ensure_future(asyncio.to_thread(_stage, archive_directory(), name, document))
+    staging = asyncio.ensure_future(
+        asyncio.to_thread(_stage, archive_directory(), name, document, store_tag)
+    )
     try:
         return await asyncio.shield(staging)
     except BaseException:
@@ -94,3 +117,165 @@ async def stage_reset_archive(
         # will publish or discard what it leaves, so remove it once it is there.
         staging.add_done_callback(_discard_when_done)
         raise
+
+
+# -- recovery: archives a crash left staged -----------------------------------------------
+
+# ".<final name>.<32 hex>[.<store tag>].tmp" (files.stage_file, StagedFile.label): with a
+# tag, staged by a store that can settle it after a crash.
+_STAGED = re.compile(r"^\.(?P<final>.+\.json)\.[0-9a-f]{32}(?:\.(?P<tag>[0-9a-f]{8}))?\.tmp$")
+# A staged file that does not parse is one whose writer died while writing it (the reset
+# commits only after the file is complete and fsynced). Its writer is surely gone after this
+# long; before that it may be a writer that has created the file and not yet locked it.
+INCOMPLETE_GRACE_SECONDS = 600.0
+
+Outcome = Literal["published", "discarded"]
+
+
+def store_tag(identity: str) -> str:
+    """A short, stable name for one database (``identity``: its file or server and name)."""
+    return hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class StagedArchive:
+    """A hidden, unpublished reset archive in the archive directory."""
+
+    path: Path
+    final: Path
+    store_tag: str | None  # None: staged by a store that cannot settle it (or older code)
+    size: int
+    modified: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class RecoveredArchive:
+    """What a store's start did with an archive a crash left staged."""
+
+    path: Path  # where it is now: the published file, or the temporary name it had
+    session_key: str
+    session_id: str
+    outcome: Outcome
+    reason: str
+
+
+def staged_archives(directory: Path) -> list[StagedArchive]:
+    """Every unpublished reset archive in ``directory`` (name order)."""
+    found: list[StagedArchive] = []
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for entry in entries:
+        match = _STAGED.match(entry.name)
+        if match is None:
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        found.append(
+            StagedArchive(
+                path=Path(entry.path),
+                final=directory / match.group("final"),
+                store_tag=match.group("tag"),
+                size=info.st_size,
+                modified=info.st_mtime,
+            )
+        )
+    return found
+
+
+def _read_identity(file: StagedFile) -> tuple[str, str] | None:
+    """``(session_key, session_id)`` of a complete staged archive, ``None`` if incomplete."""
+    try:
+        document = json.loads(file.temporary.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    key, session_id = document.get("session_key"), document.get("session_id")
+    if not isinstance(key, str) or not isinstance(session_id, str):
+        return None
+    return key, session_id
+
+
+async def recover_staged_archives(
+    directory: Path,
+    tag: str,
+    current_generation: Callable[[str], Awaitable[str | None]],
+    *,
+    now: float | None = None,
+) -> list[RecoveredArchive]:
+    """Settle the archives that a crash left staged for the store ``tag``.
+
+    A reset stages its archive inside its transaction and publishes it after the COMMIT;
+    a process that died in between left the only copy of the old generation under a
+    hidden name. The database says what happened: if the archived generation
+    (``session_id``) is still the session's current one (``current_generation(key)``),
+    the reset never committed and the file is a stale copy of rows that are still there:
+    it is discarded. Otherwise the reset committed (or the session has since gone) and
+    the file is published under its final name. Files some live process still holds
+    (a reset in flight), files of other stores, and files in doubt are left alone.
+    """
+    settled: list[RecoveredArchive] = []
+    now = time.time() if now is None else now
+    for staged in await asyncio.to_thread(staged_archives, directory):
+        if staged.store_tag != tag:
+            continue
+        if not CAN_LOCK and now - staged.modified < INCOMPLETE_GRACE_SECONDS:
+            continue  # no lock tells a reset still in flight: only an old file is settled
+        file = await asyncio.to_thread(lock_staged, staged.path, staged.final)
+        if file is None:
+            continue  # a reset in flight holds it, or it is gone already
+        try:
+            identity = await asyncio.to_thread(_read_identity, file)
+            if identity is None:
+                if now - staged.modified >= INCOMPLETE_GRACE_SECONDS:
+                    await asyncio.to_thread(file.discard)
+                    log.warning(
+                        "discarded %s: an archive whose writer died before finishing it "
+                        "(its reset never committed)",
+                        staged.path,
+                        extra={"operation": "recover_archives"},
+                    )
+                continue
+            key, session_id = identity
+            current = await current_generation(key)
+            if current == session_id:
+                await asyncio.to_thread(file.discard)
+                settled.append(
+                    RecoveredArchive(
+                        staged.path,
+                        key,
+                        session_id,
+                        "discarded",
+                        "its reset did not commit: the generation is still the session's",
+                    )
+                )
+            else:
+                path = await asyncio.to_thread(file.publish)
+                settled.append(
+                    RecoveredArchive(
+                        path,
+                        key,
+                        session_id,
+                        "published",
+                        "its reset committed before the process stopped"
+                        if current is not None
+                        else "its session has been deleted since",
+                    )
+                )
+            log.warning(
+                "reset archive of %s (%s) left staged by a stopped process: %s (%s)",
+                key,
+                session_id,
+                settled[-1].outcome,
+                settled[-1].path,
+                extra={"session_key": key, "operation": "recover_archives"},
+            )
+        finally:
+            file.release()
+    return settled

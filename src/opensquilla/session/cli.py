@@ -5,25 +5,32 @@ A thin layer: it parses options, calls the manager, the storage, ``admin``, ``tr
 ``--dsn``, else ``$OPENSQUILLA_SESSION_DSN``, else the embedded default file.
 
 Exit codes: 0 done; 1 an error (one line on stderr, never a traceback or a password);
-2 a check that found a problem (``db check``, ``copy`` conflicts or verification);
-130 interrupted.
+2 a check that found a problem (``db check``, ``copy`` conflicts or verification) or a
+usage error (an unknown option, a value out of its range); 130 interrupted.
+
+Stored text is shown, never obeyed: rich markup in it is escaped, and control characters
+(ESC sequences, carriage returns, bells, bidirectional overrides...) are shown as ``\\x1b``
+-style escapes. ``--json`` output is strict JSON: non-finite floats are the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (as in the export format), control characters
+are ``\\u`` escapes, and values nested as deeply as the store accepts are written like any
+other (the encoder is iterative).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -34,7 +41,8 @@ from . import admin, migrate, transfer
 from .compaction import CompactionConfig
 from .config import mask_password, resolve_dsn
 from .demo import run_demo
-from .errors import SessionNotFoundError, SessionStoreError
+from .errors import InvalidInputError, SessionNotFoundError, SessionStoreError
+from .jsontext import TERMINAL_CONTROLS, strict_json
 from .manager import SessionManager
 from .models import FlushReceiptStatus, SessionStatus, SessionSummary, TranscriptEntry
 from .operations import DeletionPreview
@@ -46,7 +54,15 @@ log = logging.getLogger("opensquilla.session.cli")
 EXIT_ERROR = 1
 EXIT_CHECK_FAILED = 2
 EXIT_INTERRUPTED = 130
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+INT64_MAX = 2**63 - 1  # the largest count, id or age (ms) the store can hold or compare
+MAX_JOBS = 64  # copy's concurrent target transactions (each holds a connection)
+MAX_BATCH = 100_000  # copy's sessions per source snapshot (held in memory at once)
+_DAY_MS = 86_400_000
+# Characters a terminal would act on rather than show: C0 and C1 controls (ESC, CSI, BEL,
+# CR, backspace...), DEL, line and paragraph separators, bidirectional overrides.
+_CONTROL = re.compile(f"[{TERMINAL_CONTROLS}]")
+_CONTROL_OR_BREAK = re.compile(f"[\t\n{TERMINAL_CONTROLS}]")
+_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _PREVIEW = 2000
 
 app = typer.Typer(
@@ -55,6 +71,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click messages: a usage error is its one "Error: ..." line, not a framed box.
+    rich_markup_mode=None,
 )
 db_app = typer.Typer(help="Schema migrations (Alembic).", no_args_is_help=True)
 sessions_app = typer.Typer(help="List and inspect sessions.", no_args_is_help=True)
@@ -63,8 +81,9 @@ app.add_typer(db_app, name="db")
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(repair_app, name="repair")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# emoji=False: ":b:" in a key is text, not an emoji code.
+out = Console(highlight=False, soft_wrap=True, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 @dataclass
@@ -73,6 +92,28 @@ class Options:
 
 
 # -- plumbing --------------------------------------------------------------------------
+
+
+def _show_control(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def _no_controls(text: str, *, keep_line_breaks: bool = True) -> str:
+    """``text`` with every terminal control shown as an escape (and, unless
+    ``keep_line_breaks``, newlines and tabs too)."""
+    return (_CONTROL if keep_line_breaks else _CONTROL_OR_BREAK).sub(_show_control, text)
+
+
+class _SafeFormatter(logging.Formatter):
+    """Log lines for a terminal: passwords masked, control characters shown as escapes
+    (a session key or a stored value in a message can hold anything)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _no_controls(mask_password(super().format(record)))
 
 
 class _LogContext(logging.Filter):
@@ -102,7 +143,7 @@ def _configure_logging(verbosity: int) -> None:
     _handler = logging.StreamHandler(sys.stderr)
     _handler.addFilter(_LogContext())
     _handler.setFormatter(
-        logging.Formatter(
+        _SafeFormatter(
             "%(asctime)s %(levelname)s %(name)s [%(operation)s %(session_key)s] %(message)s"
         )
     )
@@ -111,12 +152,15 @@ def _configure_logging(verbosity: int) -> None:
 
 
 def _dsn(ctx: typer.Context) -> str:
+    """The database: ``--dsn``, else the environment, else the default file. An empty
+    ``--dsn`` (an unset shell variable) is refused, never a fall-back."""
     options = ctx.find_object(Options)
-    return resolve_dsn(options.dsn if options is not None else None)
+    return resolve_dsn(options.dsn if options is not None else None, given_as="--dsn")
 
 
 def _one_line(message: str) -> str:
-    return mask_password(" ".join(message.split())) or "unknown error"
+    text = _no_controls(mask_password(" ".join(message.split())), keep_line_breaks=False)
+    return text or "unknown error"
 
 
 def _fail(message: str, code: int = EXIT_ERROR) -> typer.Exit:
@@ -140,6 +184,9 @@ def _run(work: Callable[[], Awaitable[T]]) -> T:
     except SessionStoreError as exc:
         log.debug("command failed", exc_info=True)
         raise _fail(str(exc)) from None
+    except RecursionError:
+        log.debug("command failed", exc_info=True)
+        raise _fail("a value is nested too deeply to process") from None
     except OSError as exc:
         log.debug("command failed", exc_info=True)
         where = f": {exc.filename}" if exc.filename else ""
@@ -156,23 +203,40 @@ async def _manager(dsn: str) -> AsyncIterator[SessionManager]:
 
 
 def _json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    typer.echo(strict_json(data))
 
 
-def _visible(text: str | None, limit: int | None = _PREVIEW) -> str:
-    """Text safe for a terminal: control characters shown as escapes, markup escaped."""
+def _record(record: BaseModel) -> dict[str, Any]:
+    """A stored record's fields as they are. Not ``model_dump``: pydantic's serialiser
+    refuses values nested deeper than its own limit, which the store accepts."""
+    return {name: getattr(record, name) for name in type(record).model_fields}
+
+
+def _visible(text: object | None, limit: int | None = _PREVIEW, *, one_line: bool = False) -> str:
+    """Text safe for a terminal: control characters shown as escapes (with ``one_line``,
+    newlines and tabs too), rich markup escaped."""
     if text is None:
         return ""
-    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    shown = _no_controls(str(text), keep_line_breaks=not one_line)
     if limit is not None and len(shown) > limit:
         shown = shown[:limit] + f"… ({len(shown) - limit} more characters)"
     return escape(shown)
 
 
+def _field(text: object | None) -> str:
+    """A short stored value (a key, a status, an id) for one line or one table cell."""
+    return _visible(text, 200, one_line=True)
+
+
 def _when(ms: int | None) -> str:
+    """A stored millisecond time as UTC, or the number itself when it is no date (a legacy
+    row can hold any integer, or something else)."""
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return _field(ms)
 
 
 def _preview_json(preview: DeletionPreview) -> dict[str, Any]:
@@ -186,7 +250,7 @@ def _preview_json(preview: DeletionPreview) -> dict[str, Any]:
 def _print_preview(action: str, preview: DeletionPreview) -> None:
     out.print(f"dry run: {action} would delete {len(preview.sessions)} session(s)")
     for node in preview.sessions:
-        out.print(f"  {_visible(node.session_key)}  (updated {_when(node.updated_at)})")
+        out.print(f"  {_field(node.session_key)}  (updated {_when(node.updated_at)})")
     for table, count in preview.rows.items():
         out.print(f"  {table}: {count} row(s)")
     if preview.invalidated_context_states:
@@ -229,9 +293,14 @@ def db_upgrade(
     """Upgrade the schema (default: to the newest revision)."""
     before, after = _run(lambda: admin.upgrade(_dsn(ctx), revision))
     if before == after:
-        out.print(f"already at {', '.join(after) or 'base'}")
+        out.print(f"already at {_revisions(after)}")
     else:
-        out.print(f"upgraded from {', '.join(before) or 'base'} to {', '.join(after) or 'base'}")
+        out.print(f"upgraded from {_revisions(before)} to {_revisions(after)}")
+
+
+def _revisions(revisions: Sequence[str], none: str = "base") -> str:
+    """Revision ids as read from a database (``alembic_version`` can hold anything)."""
+    return _field(", ".join(revisions)) if revisions else none
 
 
 @db_app.command("downgrade")
@@ -241,7 +310,7 @@ def db_downgrade(
 ) -> None:
     """Downgrade the schema to REVISION."""
     before, after = _run(lambda: admin.downgrade(_dsn(ctx), revision))
-    out.print(f"downgraded from {', '.join(before) or 'base'} to {', '.join(after) or 'base'}")
+    out.print(f"downgraded from {_revisions(before)} to {_revisions(after)}")
 
 
 @db_app.command("current")
@@ -253,7 +322,7 @@ def db_current(
     if as_json:
         _json({"current": list(current)})
     else:
-        out.print(", ".join(current) if current else "none (an empty or unmigrated database)")
+        out.print(_revisions(current, "none (an empty or unmigrated database)"))
 
 
 @db_app.command("check")
@@ -272,11 +341,11 @@ def db_check(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")
             }
         )
     else:
-        out.print(f"state: {report.state}")
-        out.print(f"database: {', '.join(report.current) or 'none'}")
-        out.print(f"code:     {', '.join(report.heads)}")
+        out.print(f"state: {_field(report.state)}")
+        out.print(f"database: {_revisions(report.current, 'none')}")
+        out.print(f"code:     {_revisions(report.heads, 'none')}")
         for line in report.drift:
-            out.print(f"  drift: {_visible(line)}")
+            out.print(f"  drift: {_visible(line, one_line=True)}")
     if not report.ok:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -290,7 +359,10 @@ def db_history(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         return
     for info in revisions:
         head = " (head)" if info.is_head else ""
-        out.print(f"{info.down_revision or 'base'} -> {info.revision}{head}: {info.message}")
+        out.print(
+            f"{_field(info.down_revision or 'base')} -> {_field(info.revision)}{head}: "
+            f"{_field(info.message)}"
+        )
 
 
 # -- sessions --------------------------------------------------------------------------
@@ -302,8 +374,8 @@ def sessions_list(
     agent: Annotated[str | None, typer.Option("--agent", help="Only this agent.")] = None,
     status: Annotated[SessionStatus | None, typer.Option("--status")] = None,
     parent: Annotated[str | None, typer.Option("--parent", help="Children of this key.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=0)] = 50,
-    offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
+    limit: Annotated[int, typer.Option("--limit", min=0, max=INT64_MAX)] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0, max=INT64_MAX)] = 0,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List sessions, most recently updated first."""
@@ -322,7 +394,7 @@ def sessions_list(
     if as_json:
         _json(
             {
-                "sessions": [node.model_dump(mode="json") for node in nodes],
+                "sessions": [_record(node) for node in nodes],
                 "limit": limit,
                 "offset": offset,
             }
@@ -337,23 +409,26 @@ def sessions_list(
         table.add_column(name, overflow="fold")
     for node in nodes:
         table.add_row(
-            _visible(node.session_key),
-            node.status,
-            node.agent_id,
+            _field(node.session_key),
+            _field(node.status),
+            _field(node.agent_id),
             _when(node.updated_at),
-            str(node.epoch),
-            str(node.total_tokens),
-            _visible(node.model or "-"),
+            _field(node.epoch),
+            _field(node.total_tokens),
+            _field(node.model or "-"),
         )
     out.print(table)
 
 
 def _entry_lines(entry: TranscriptEntry) -> list[str]:
     """One message as text: tool calls and tool results folded to one line each."""
-    head = f"[bold]#{entry.id} {_visible(entry.role)}[/bold] [dim]{_when(entry.created_at)}[/dim]"
+    head = f"[bold]#{_field(entry.id)} {_field(entry.role)}[/bold] "
+    head += f"[dim]{_when(entry.created_at)}[/dim]"
     if entry.role == "tool" or entry.tool_call_id:
         first = (entry.content or "").splitlines()[0] if entry.content else ""
-        return [f"{head} ↩ {_visible(entry.tool_call_id or '-')}: {_visible(first, 100)}"]
+        return [
+            f"{head} ↩ {_field(entry.tool_call_id or '-')}: {_visible(first, 100, one_line=True)}"
+        ]
     lines = [head]
     if entry.content:
         lines.append(_visible(entry.content))
@@ -361,16 +436,16 @@ def _entry_lines(entry: TranscriptEntry) -> list[str]:
         function = call.get("function") if isinstance(call, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
         arguments = function.get("arguments") if isinstance(function, dict) else None
-        shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        shown = arguments if isinstance(arguments, str) else strict_json(arguments, None)
         lines.append(
-            f"  ↳ {_visible(str(name or 'tool call'))}({_visible(shown, 80)}) "
-            f"[dim]{_visible(str(call.get('id', '')) if isinstance(call, dict) else '')}[/dim]"
+            f"  ↳ {_field(name or 'tool call')}({_visible(shown, 80, one_line=True)}) "
+            f"[dim]{_field(call.get('id', '') if isinstance(call, dict) else '')}[/dim]"
         )
     return lines
 
 
 def _summary_json(summary: SessionSummary) -> dict[str, Any]:
-    return summary.model_dump(mode="json")
+    return _record(summary)
 
 
 @sessions_app.command("show")
@@ -402,22 +477,22 @@ def sessions_show(
     if as_json:
         _json(
             {
-                "session": node.model_dump(mode="json"),
+                "session": _record(node),
                 "transcript_view": "canonical" if canonical else "live",
-                "transcript": [entry.model_dump(mode="json") for entry in found["transcript"]],
+                "transcript": [_record(entry) for entry in found["transcript"]],
                 "summaries": [_summary_json(summary) for summary in found["summaries"]],
-                "context_states": [state.model_dump(mode="json") for state in found["states"]],
+                "context_states": [_record(state) for state in found["states"]],
             }
         )
         return
     fields = Table.grid(padding=(0, 2))
-    for name, value in node.model_dump(mode="json").items():
+    for name, value in _record(node).items():
         if value not in (None, "", {}, []):
-            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            if name.endswith("_at") and isinstance(value, int):
+            shown = value if isinstance(value, str) else strict_json(value, None)
+            if name.endswith("_at") and isinstance(value, int) and not isinstance(value, bool):
                 shown = f"{value} ({_when(value)})"
-            fields.add_row(name, _visible(shown, 200))
-    out.print(f"[bold]session {_visible(node.session_key)}[/bold]")
+            fields.add_row(name, _field(shown))
+    out.print(f"[bold]session {_field(node.session_key)}[/bold]")
     out.print(fields)
     view = "canonical transcript" if canonical else "live transcript"
     out.print(f"\n[bold]{view}[/bold] ({len(found['transcript'])} messages)")
@@ -427,19 +502,20 @@ def sessions_show(
     out.print(f"\n[bold]summaries[/bold] ({len(found['summaries'])})")
     for summary in found["summaries"]:
         out.print(
-            f"#{summary.id} index {summary.compaction_index} {_visible(summary.compaction_id)}: "
-            f"removed {summary.removed_count}, kept {summary.kept_count}, "
-            f"coverage {_visible(summary.coverage_status)}, "
-            f"flush {_visible(summary.flush_receipt_status)}, "
-            f"through #{summary.covered_through_id}"
+            f"#{_field(summary.id)} index {_field(summary.compaction_index)} "
+            f"{_field(summary.compaction_id)}: "
+            f"removed {_field(summary.removed_count)}, kept {_field(summary.kept_count)}, "
+            f"coverage {_field(summary.coverage_status)}, "
+            f"flush {_field(summary.flush_receipt_status)}, "
+            f"through #{_field(summary.covered_through_id)}"
         )
         out.print(_visible(summary.summary_text, 400))
     out.print(f"\n[bold]context states[/bold] ({len(found['states'])})")
     for state in found["states"]:
-        validity = "valid" if state.valid else f"invalid ({_visible(state.invalid_reason)})"
+        validity = "valid" if state.valid else f"invalid ({_field(state.invalid_reason)})"
         out.print(
-            f"#{state.id} {_visible(state.provider)}/{_visible(state.state_kind)} "
-            f"through #{state.covered_through_id}, {validity}"
+            f"#{_field(state.id)} {_field(state.provider)}/{_field(state.state_kind)} "
+            f"through #{_field(state.covered_through_id)}, {validity}"
         )
 
 
@@ -450,7 +526,9 @@ def sessions_show(
 def compact(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(help="Session key.")],
-    window: Annotated[int, typer.Option("--window", min=1, help="Context window in tokens.")],
+    window: Annotated[
+        int, typer.Option("--window", min=1, max=INT64_MAX, help="Context window in tokens.")
+    ],
     strict: Annotated[
         bool, typer.Option("--strict", help="Refuse a summary that misses an obligation.")
     ] = False,
@@ -480,15 +558,16 @@ def compact(
         )
         return
     if result.skip_reason or not result.removed_count:
-        out.print(f"nothing compacted: {result.skip_reason or 'nothing to remove'}")
+        out.print(f"nothing compacted: {_field(result.skip_reason or 'nothing to remove')}")
         return
     out.print(
-        f"compacted: {result.removed_count} message(s) archived, {len(result.kept_entries)} kept; "
-        f"tokens {result.tokens_before} -> {result.tokens_after}"
+        f"compacted: {_field(result.removed_count)} message(s) archived, "
+        f"{len(result.kept_entries)} kept; "
+        f"tokens {_field(result.tokens_before)} -> {_field(result.tokens_after)}"
     )
-    out.print(f"coverage: {result.coverage_status}")
+    out.print(f"coverage: {_field(result.coverage_status)}")
     for missing in result.missing_obligations or []:
-        out.print(f"  missing: {_visible(missing)}")
+        out.print(f"  missing: {_field(missing)}")
     out.print(_visible(result.summary))
 
 
@@ -527,11 +606,13 @@ def reset(
         )
         return
     out.print(
-        f"reset {_visible(result.session.session_key)}: generation "
-        f"{result.previous_session_id} -> {result.session.session_id} "
-        f"(epoch {result.session.epoch})"
+        f"reset {_field(result.session.session_key)}: generation "
+        f"{_field(result.previous_session_id)} -> {_field(result.session.session_id)} "
+        f"(epoch {_field(result.session.epoch)})"
     )
-    out.print(f"archive: {_visible(path) if path else 'none (nothing to archive)'}")
+    out.print(
+        f"archive: {_visible(path, None, one_line=True) if path else 'none (nothing to archive)'}"
+    )
 
 
 @app.command("branch")
@@ -561,10 +642,10 @@ def branch(
 
     node, messages = _run(work)
     if as_json:
-        _json({"session": node.model_dump(mode="json"), "messages": messages})
+        _json({"session": _record(node), "messages": messages})
         return
     out.print(
-        f"created {_visible(node.session_key)} from {_visible(node.parent_session_key)} "
+        f"created {_field(node.session_key)} from {_field(node.parent_session_key)} "
         f"with {messages} message(s)"
     )
 
@@ -573,7 +654,9 @@ def branch(
 def truncate(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(help="Session key.")],
-    keep: Annotated[int, typer.Argument(min=0, help="Live messages to keep (the newest).")],
+    keep: Annotated[
+        int, typer.Argument(min=0, max=INT64_MAX, help="Live messages to keep (the newest).")
+    ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report what would go.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -595,9 +678,12 @@ def truncate(
     if as_json:
         _json(result)
     elif result["truncated"]:
-        out.print(f"truncated: {result['before_count']} -> {result['after_count']} live messages")
+        out.print(
+            f"truncated: {_field(result['before_count'])} -> {_field(result['after_count'])} "
+            "live messages"
+        )
     else:
-        out.print(f"nothing to truncate ({result['before_count']} live messages)")
+        out.print(f"nothing to truncate ({_field(result['before_count'])} live messages)")
 
 
 @app.command("prune")
@@ -613,6 +699,12 @@ def prune(
 
     async def work() -> Any:
         max_age = admin.parse_duration(older_than)
+        if max_age > INT64_MAX:
+            raise InvalidInputError(
+                f"--older-than {older_than.strip()} is out of range: at most "
+                f"{INT64_MAX // _DAY_MS}d (the longest age, in milliseconds, the store can "
+                "compare)"
+            )
         async with _manager(_dsn(ctx)) as manager:
             if dry_run:
                 return await manager.preview_prune_stale(max_age)
@@ -624,7 +716,9 @@ def prune(
 @app.command("cap")
 def cap(
     ctx: typer.Context,
-    max_sessions: Annotated[int, typer.Option("--max", min=0, help="Sessions to keep.")],
+    max_sessions: Annotated[
+        int, typer.Option("--max", min=0, max=INT64_MAX, help="Sessions to keep.")
+    ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report what would go.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -658,19 +752,26 @@ def _report_retention(action: str, result: DeletionPreview | int, as_json: bool)
 def repair_list(
     ctx: typer.Context,
     agent: Annotated[str | None, typer.Option("--agent")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=0)] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=0, max=INT64_MAX)] = 50,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Compactions whose memory flush was degraded or must be retried."""
 
-    async def work() -> list[SessionSummary]:
+    async def work() -> tuple[list[SessionSummary], admin.ArchiveReport]:
         async with _manager(_dsn(ctx)) as manager:
-            return await manager.list_degraded_compactions(agent_id=agent, limit=limit)
+            summaries = await manager.list_degraded_compactions(agent_id=agent, limit=limit)
+            return summaries, await admin.archive_report(manager.storage)
 
-    summaries = _run(work)
+    summaries, archives = _run(work)
     if as_json:
-        _json({"summaries": [_summary_json(summary) for summary in summaries]})
+        _json(
+            {
+                "summaries": [_summary_json(summary) for summary in summaries],
+                "reset_archives": archives.as_json(),
+            }
+        )
         return
+    _print_archives(archives)
     if not summaries:
         out.print("the repair queue is empty")
         return
@@ -679,14 +780,28 @@ def repair_list(
         table.add_column(name, overflow="fold")
     for summary in summaries:
         table.add_row(
-            str(summary.id),
-            _visible(summary.session_key),
-            _visible(summary.compaction_id or "-"),
-            _visible(summary.flush_receipt_status),
-            str(summary.removed_count),
+            _field(summary.id),
+            _field(summary.session_key),
+            _field(summary.compaction_id or "-"),
+            _field(summary.flush_receipt_status),
+            _field(summary.removed_count),
             _when(summary.created_at),
         )
     out.print(table)
+
+
+def _print_archives(report: admin.ArchiveReport) -> None:
+    """Reset archives a crash left behind: settled at this start, or still unpublished."""
+    for item in report.recovered:
+        out.print(
+            f"reset archive {item.outcome} at start: {_visible(str(item.path), None)} "
+            f"({_visible(item.session_key)}: {_visible(item.reason)})"
+        )
+    for staged in report.unpublished:
+        out.print(
+            f"unpublished reset archive: {_visible(str(staged.path), None)} "
+            f"({staged.size} bytes; would be {_visible(staged.final.name, None)})"
+        )
 
 
 async def _summary(manager: SessionManager, summary_id: int) -> SessionSummary:
@@ -699,7 +814,9 @@ async def _summary(manager: SessionManager, summary_id: int) -> SessionSummary:
 @repair_app.command("show")
 def repair_show(
     ctx: typer.Context,
-    summary_id: Annotated[int, typer.Argument(help="Summary id (from 'repair list').")],
+    summary_id: Annotated[
+        int, typer.Argument(min=0, max=INT64_MAX, help="Summary id (from 'repair list').")
+    ],
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """A queued compaction: its summary and the messages it folded away."""
@@ -714,13 +831,13 @@ def repair_show(
         _json(
             {
                 "summary": _summary_json(summary),
-                "preimage": [entry.model_dump(mode="json") for entry in preimage],
+                "preimage": [_record(entry) for entry in preimage],
             }
         )
         return
     out.print(
-        f"[bold]summary #{summary.id}[/bold] of {_visible(summary.session_key)} "
-        f"({_visible(summary.compaction_id)}), flush {_visible(summary.flush_receipt_status)}"
+        f"[bold]summary #{_field(summary.id)}[/bold] of {_field(summary.session_key)} "
+        f"({_field(summary.compaction_id)}), flush {_field(summary.flush_receipt_status)}"
     )
     out.print(_visible(summary.summary_text))
     out.print(f"\n[bold]preimage[/bold] ({len(preimage)} messages)")
@@ -732,7 +849,9 @@ def repair_show(
 @repair_app.command("mark")
 def repair_mark(
     ctx: typer.Context,
-    summary_id: Annotated[int, typer.Argument(help="Summary id (from 'repair list').")],
+    summary_id: Annotated[
+        int, typer.Argument(min=0, max=INT64_MAX, help="Summary id (from 'repair list').")
+    ],
     status: Annotated[FlushReceiptStatus, typer.Argument(help="The new flush receipt status.")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -749,7 +868,8 @@ def repair_mark(
         _json({"summary": _summary_json(summary)})
     else:
         out.print(
-            f"summary #{summary.id}: flush receipt status is now {summary.flush_receipt_status}"
+            f"summary #{_field(summary.id)}: flush receipt status is now "
+            f"{_field(summary.flush_receipt_status)}"
         )
 
 
@@ -763,14 +883,21 @@ def export(
         list[str] | None, typer.Option("--session", help="Only this session (repeatable).")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="File to write (default, or '-': stdout). A FIFO or a device is written "
+            "through; the store's own files and other databases are refused.",
+        ),
     ] = None,
 ) -> None:
     """Export sessions (all, or --session KEY) in the JSONL export format."""
+    to_file = output is not None and str(output) != "-"
 
     async def work() -> transfer.ExportSummary:
         async with SessionStorage(_dsn(ctx)) as storage:
-            if output is not None:
+            if output is not None and to_file:
                 return await transfer.export_to_file(storage, output, session_keys=session)
             stream = sys.stdout.buffer
             summary = await transfer.export_sessions(storage, stream, session_keys=session)
@@ -781,7 +908,7 @@ def export(
     err.print(
         f"exported {summary.sessions} session(s), "
         f"{sum(summary.rows.values()) - summary.sessions} row(s)"
-        + (f" to {_visible(str(output))}" if output is not None else "")
+        + (f" to {_visible(output, None, one_line=True)}" if to_file else "")
     )
 
 
@@ -797,7 +924,12 @@ def import_(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Import an export file; each session in one transaction, ids kept."""
+    """Import an export file; each session in one transaction, ids kept.
+
+    Everything is checked before anything is written (format, every value, ids and session
+    ids against the target). Sessions an earlier run imported are recognised and left as
+    they are, so running the same import again finishes an interrupted one.
+    """
 
     async def work() -> transfer.ImportSummary:
         async with SessionStorage(_dsn(ctx)) as storage:
@@ -807,11 +939,25 @@ def import_(
 
     summary = _run(work)
     if as_json:
-        _json({"imported": summary.imported, "skipped": summary.skipped, "rows": summary.rows})
+        _json(
+            {
+                "imported": summary.imported,
+                "unchanged": summary.unchanged,
+                "skipped": summary.skipped,
+                "rows": summary.rows,
+            }
+        )
         return
-    out.print(f"imported {len(summary.imported)} session(s)")
+    out.print(
+        f"imported {len(summary.imported)} session(s)"
+        + (
+            f"; {len(summary.unchanged)} already imported (identical), left as they are"
+            if summary.unchanged
+            else ""
+        )
+    )
     for key in summary.skipped:
-        out.print(f"  skipped (already there): {_visible(key)}")
+        out.print(f"  skipped (already there with other contents): {_field(key)}")
 
 
 @app.command("copy")
@@ -819,20 +965,32 @@ def copy(
     source: Annotated[str, typer.Option("--from", help="Source database (DSN or path).")],
     target: Annotated[str, typer.Option("--to", help="Target database (DSN or path).")],
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="Sessions read per source snapshot.")
+        int,
+        typer.Option(
+            "--batch-size", min=1, max=MAX_BATCH, help="Sessions read per source snapshot."
+        ),
     ] = transfer.DEFAULT_BATCH,
     jobs: Annotated[
-        int, typer.Option("--jobs", min=1, help="Sessions written at once (one transaction each).")
+        int,
+        typer.Option(
+            "--jobs",
+            min=1,
+            max=MAX_JOBS,
+            help="Sessions written at once (one transaction each).",
+        ),
     ] = transfer.DEFAULT_JOBS,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Copy every session from one database to another, then verify the copy.
 
-    Re-running is safe: sessions already copied identically are skipped.
+    Re-running is safe: sessions already copied identically are skipped. A session the
+    target cannot take is named with the reason, and the others are copied (exit 2).
     """
 
     async def work() -> transfer.CopyReport:
-        async with SessionStorage(source) as src, SessionStorage(target) as dst:
+        source_dsn = resolve_dsn(source, given_as="--from")
+        target_dsn = resolve_dsn(target, given_as="--to")
+        async with SessionStorage(source_dsn) as src, SessionStorage(target_dsn) as dst:
             err.print(f"copying {_visible(src.target.render())} -> {_visible(dst.target.render())}")
             with Progress(
                 TextColumn("{task.description}"),
@@ -860,6 +1018,7 @@ def copy(
                 "copied": report.copied,
                 "skipped": report.skipped,
                 "conflicts": report.conflicts,
+                "refused": report.refused,
                 "rows": report.rows,
                 "verification": [{**asdict(check), "ok": check.ok} for check in report.checks],
             }
@@ -868,9 +1027,12 @@ def copy(
         out.print(
             f"{report.total} session(s): {report.copied} copied, {report.skipped} already there"
             + (f", {len(report.conflicts)} conflicting" if report.conflicts else "")
+            + (f", {len(report.refused)} not copied" if report.refused else "")
         )
         for key in report.conflicts:
-            out.print(f"  conflict (exists in the target with other contents): {_visible(key)}")
+            out.print(f"  conflict (exists in the target with other contents): {_field(key)}")
+        for key, reason in report.refused.items():
+            out.print(f"  not copied: {_field(key)}: {_visible(reason, 500, one_line=True)}")
         if report.checks:
             table = Table("table", "source rows", "target rows", "checksum", box=box.SIMPLE_HEAD)
             for check in report.checks:
@@ -913,6 +1075,7 @@ def stats(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] =
             "directory": str(result.reset_archive_directory),
             "files": result.reset_archive_files,
             "bytes": result.reset_archive_bytes,
+            **result.archives.as_json(),
         },
     }
     if as_json:
@@ -921,23 +1084,24 @@ def stats(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] =
     out.print(f"sessions:          {counts.sessions}")
     out.print(f"entries:           {counts.live_entries} live, {counts.archived_entries} archived")
     out.print(f"archive size:      {counts.archived_content_chars} characters of content")
-    statuses = ", ".join(f"{k}={v}" for k, v in counts.summaries_by_flush_status.items())
+    statuses = ", ".join(f"{_field(k)}={v}" for k, v in counts.summaries_by_flush_status.items())
     out.print(f"summaries:         {sum(counts.summaries_by_flush_status.values())} ({statuses})")
     out.print(f"repair queue:      {counts.degraded_queue}")
     out.print(f"context states:    {counts.context_states} ({counts.valid_context_states} valid)")
     out.print(
         f"reset archives:    {result.reset_archive_files} file(s), "
-        f"{result.reset_archive_bytes} bytes in {_visible(str(result.reset_archive_directory))}"
+        f"{result.reset_archive_bytes} bytes in "
+        f"{_visible(result.reset_archive_directory, None, one_line=True)}"
     )
+    _print_archives(result.archives)
 
 
 @app.command("demo")
 def demo(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Play a scripted agent conversation on the database (the embedded default if unset)."""
-    dsn = _dsn(ctx)
 
     async def work() -> Any:
-        async with _manager(dsn) as manager:
+        async with _manager(_dsn(ctx)) as manager:
             return await run_demo(manager), manager.storage.target.render()
 
     report, where = _run(work)
@@ -951,14 +1115,14 @@ def demo(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = 
             }
         )
         return
-    out.print(f"[bold]opensquilla-session demo[/bold] on {_visible(where)}")
+    out.print(f"[bold]opensquilla-session demo[/bold] on {_visible(where, None, one_line=True)}")
     for step in report.steps:
         out.rule(step.title)
         for line in step.lines:
             out.print(_visible(line, None))
     out.print(
         "\ninspect the branch (it kept the conversation): "
-        f"opensquilla-session sessions show {report.branch_key} --canonical"
+        f"opensquilla-session sessions show {_field(report.branch_key)} --canonical"
     )
 
 

@@ -31,7 +31,16 @@ from .compaction.payload import build_payload
 from .compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
 from .errors import InvalidInputError, SessionNotFoundError
 from .keys import canonicalize_session_key
-from .models import SessionContextState, SessionNode, SessionSummary, TranscriptEntry
+from .models import (
+    COMPACTION_ID_MAX_LENGTH,
+    INT32_MAX,
+    INT64_MAX,
+    SessionContextState,
+    SessionNode,
+    SessionSummary,
+    TranscriptEntry,
+    check_optional_text,
+)
 from .storage import SessionStorage
 
 log = logging.getLogger(__name__)
@@ -74,6 +83,31 @@ def portable_states(now: int) -> Callable[[SessionSummary], list[SessionContextS
         ]
 
     return build
+
+
+def _check_compaction_options(
+    compaction_id: object, trigger_reason: object, flush_receipt_status: object
+) -> None:
+    """The options both compaction paths store: refused before anything is read.
+
+    ``compaction_id`` is stored in the compacted archive too, where it is plain indexed
+    text: an identifier (no NUL) of bounded length.
+    """
+    check_optional_text(
+        "compaction_id", compaction_id, identifier=True, max_length=COMPACTION_ID_MAX_LENGTH
+    )
+    check_optional_text("trigger_reason", trigger_reason)
+    check_optional_text("flush_receipt_status", flush_receipt_status)
+
+
+def _check_room_for_compaction(node: SessionNode) -> None:
+    """``compaction_count`` is a 32-bit column: a compaction that would take it past that is
+    refused (SQLite would store the larger number, Postgres refuse it)."""
+    if node.compaction_count >= INT32_MAX:
+        raise InvalidInputError(
+            f"compaction_count of {node.session_key} is at {node.compaction_count}, the largest "
+            "value it can hold; nothing was written"
+        )
 
 
 @contextlib.asynccontextmanager
@@ -141,12 +175,30 @@ class Compactor:
         mutation_context: MutationContext | None = None,
         summarizer: Summarizer | None = None,
     ) -> CompactionResult:
-        config = config or CompactionConfig()
+        if config is None:
+            config = CompactionConfig()
+        elif not isinstance(config, CompactionConfig):
+            raise InvalidInputError(
+                f"config must be a CompactionConfig or None, not {type(config).__name__}"
+            )
+        config.validate()  # a mutable dataclass: checked again on every use
         if isinstance(context_window_tokens, bool) or not isinstance(context_window_tokens, int):
             raise InvalidInputError(
-                f"context_window_tokens must be an integer, not {context_window_tokens!r}"
+                "context_window_tokens must be an integer, not "
+                f"{type(context_window_tokens).__name__}"
             )
-        normalize_instructions(custom_instructions)  # refuse bad input before any read
+        check_optional_text("custom_instructions", custom_instructions)
+        try:
+            normalize_instructions(custom_instructions)  # refuse bad input before any read
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        _check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
+        if mutation_context is not None and not callable(mutation_context):
+            raise InvalidInputError(
+                "mutation_context must be a callable returning a context manager"
+            )
+        if summarizer is not None and not callable(getattr(summarizer, "summarize", None)):
+            raise InvalidInputError("summarizer must have an async summarize() method")
         key = canonicalize_session_key(session_key)
         async with _entered(mutation_context):
             node, live = await self._read(key)
@@ -168,6 +220,7 @@ class Compactor:
         if not result.summary.strip():
             result.skip_reason = result.skip_reason or EMPTY_SUMMARY
             return result
+        _check_room_for_compaction(node)
         now = now_ms()
         removed = live[: result.removed_count]
         summary = SessionSummary(
@@ -182,8 +235,10 @@ class Compactor:
             coverage_status=result.coverage_status,
             missing_obligations=result.missing_obligations,
             critical_carry_forward=result.critical_carry_forward,
-            tokens_before=result.tokens_before,
-            tokens_after=result.tokens_after,
+            # Sums of reported counts, each within 64 bits, may together exceed them: the
+            # statistic saturates rather than make the session impossible to compact.
+            tokens_before=min(result.tokens_before, INT64_MAX),
+            tokens_after=min(result.tokens_after, INT64_MAX),
             removed_count=result.removed_count,
             kept_count=len(result.kept_entries),
             chunk_count=result.chunks_processed,
@@ -231,6 +286,21 @@ class Compactor:
     ) -> bool:
         """Store a summary the caller already has, with the positional semantics of
         SEMANTICS §9; ``True`` when something was written."""
+        check_optional_text("summary", summary)
+        if not isinstance(kept_entries, list | tuple):
+            raise InvalidInputError(
+                f"kept_entries must be a list of dicts, not {type(kept_entries).__name__}"
+            )
+        for position, wanted in enumerate(kept_entries):
+            if not isinstance(wanted, Mapping):
+                raise InvalidInputError(
+                    f"kept_entries[{position}] must be a dict, not {type(wanted).__name__}"
+                )
+            check_optional_text(
+                f"kept_entries[{position}].role", wanted.get("role"), identifier=True
+            )
+            check_optional_text(f"kept_entries[{position}].content", wanted.get("content"))
+        _check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
         key = canonicalize_session_key(session_key)
         node = await self._storage.get_session(key)
         if node is None:
@@ -247,6 +317,7 @@ class Compactor:
             # Nothing removed: there is nothing to summarise or archive. No summary: the
             # removed rows would be lost. Either way, no write.
             return False
+        _check_room_for_compaction(node)
         now = now_ms()
         obligations = extract_obligations(
             [entry_dict(entry) for entry in removed], [entry.id for entry in removed]

@@ -10,8 +10,22 @@ import os
 import re
 from pathlib import Path
 
+from .errors import ConfigurationError
+
 DSN_ENV = "OPENSQUILLA_SESSION_DSN"
-_CREDENTIALS = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
+# "user:password@" after a "/": in "scheme://", and in mangled schemes too ("postgresql:/",
+# "postgresql//"). The user part holds no ":", "/" or "@"; the password runs to the *last*
+# "@" of the word, since a raw password may hold "@" or "/" itself (over-masking is
+# harmless, a leak is not). A password never starts with "/": that would be "scheme:/".
+# Text without a "/" before the user ("agent:main:ana@example.com", a session key) is left
+# alone; strings refused as URL-shaped are masked more bluntly where they are refused.
+_CREDENTIALS = re.compile(r"""(?<=/)([^\s:/@'"]*):(?!/)[^\s'"]*@""")
+# Secret-looking parameters (URL query or libpq key=value): password, sslpassword, passwd,
+# pwd, secret, token, api keys, credentials.
+_SECRET_PARAMETER = re.compile(
+    r"""(?i)(\b[a-z_]*(?:pass(?:word|wd)?|pwd|secret|token|api[_-]?key|credentials?)\s*=\s*)"""
+    r"""('[^']*'|"[^"]*"|[^\s&;#'"]*)"""
+)
 STATE_DIR_ENV = "OPENSQUILLA_STATE_DIR"
 ARCHIVE_DIR_ENV = "OPENSQUILLA_SESSION_ARCHIVE_DIR"
 
@@ -38,9 +52,21 @@ def archive_directory() -> Path:
     return opensquilla_home() / "session-archive"
 
 
-def resolve_dsn(explicit: str | None = None) -> str:
-    """The DSN to use: ``explicit``, else ``$OPENSQUILLA_SESSION_DSN``, else the default file."""
-    if explicit:
+def resolve_dsn(explicit: str | None = None, *, given_as: str = "the DSN") -> str:
+    """The DSN to use: ``explicit``, else ``$OPENSQUILLA_SESSION_DSN``, else the default file.
+
+    ``explicit`` is ``None`` when nothing was given. Given but empty or blank (typically an
+    unset shell variable, ``--dsn "$TYPO"``) is refused: falling back to the environment
+    or the default file would run the command, perhaps a deletion, on a database the
+    operator did not name. ``given_as`` names the option in the message.
+    """
+    if explicit is not None:
+        if not explicit.strip():
+            raise ConfigurationError(
+                f"{given_as} was given but is empty (an unset variable?); name the database "
+                f"(a SQLite path or a postgresql:// URL), or leave {given_as} out to use "
+                f"${DSN_ENV} or the default {default_database_path()}"
+            )
         return explicit
     configured = os.environ.get(DSN_ENV, "").strip()
     if configured:
@@ -49,5 +75,8 @@ def resolve_dsn(explicit: str | None = None) -> str:
 
 
 def mask_password(text: str) -> str:
-    """Hide the password of anything that looks like a URL with credentials."""
-    return _CREDENTIALS.sub(r"\1:***@", text)
+    """Hide every password-like part of ``text``: the password of anything shaped like a URL
+    with credentials (well-formed or not) and the value of every secret-looking parameter
+    (``?password=``, ``sslpassword=``, ``token=``...)."""
+    masked = _CREDENTIALS.sub(r"\1:***@", text)
+    return _SECRET_PARAMETER.sub(r"\1***", masked)

@@ -41,6 +41,16 @@ class SessionKeyConflictError(SessionExistsError):
     """``NEW_CHAT`` asked for a key that is already in use."""
 
 
+class SessionIdInUseError(SessionExistsError, InvalidInputError):
+    """A session id (one generation of one session) that another session already holds.
+
+    Delete, prune, cap and reset act on every row carrying a session id, so a second
+    session taking one would destroy, or take over, the first one's rows. Refused before
+    anything is written; both a duplicate (``SessionExistsError``) and a refused value
+    (``InvalidInputError``), so either ``except`` catches it.
+    """
+
+
 class SessionNotFoundError(SessionStoreError, KeyError):
     """No session row has this key."""
 
@@ -84,6 +94,7 @@ __all__ = [
     "MigrationError",
     "ProtectedFieldError",
     "SessionExistsError",
+    "SessionIdInUseError",
     "SessionKeyConflictError",
     "SessionNotFoundError",
     "SessionStoreError",

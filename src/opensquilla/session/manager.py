@@ -17,8 +17,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
 from .archive import stage_reset_archive
 from .clock import new_session_id, now_ms
 from .compaction import CompactionConfig, CompactionResult, Summarizer, estimate_tokens_for_length
@@ -34,6 +32,9 @@ from .errors import (
 from .files import StagedFile
 from .keys import canonicalize_session_key, normalize_agent_id, require_session_key
 from .models import (
+    COMPACTION_ID_MAX_LENGTH,
+    PROVIDER_MAX_LENGTH,
+    STATE_KIND_MAX_LENGTH,
     ChatType,
     GenerationSnapshot,
     QueueMode,
@@ -44,6 +45,11 @@ from .models import (
     SessionStatus,
     SessionSummary,
     TranscriptEntry,
+    check_flag,
+    check_integer,
+    check_optional_integer,
+    check_optional_text,
+    check_text,
 )
 from .operations import DeletionPreview, ResetReport
 from .storage import SessionStorage
@@ -65,6 +71,10 @@ PROTECTED_FIELDS = frozenset(
         "schema_version",
     }
 )
+# Of those, a new session may be given only its session id (checked to be free: see
+# ``SessionStorage.create_session``); epoch, timestamps, counters and the schema version
+# start where the store starts them, exactly as update() refuses to change them.
+CREATE_PROTECTED_FIELDS = PROTECTED_FIELDS - {"session_key", "session_id"}
 SESSION_FIELDS = frozenset(SessionNode.model_fields)
 PROVENANCE_KEYS = (
     "kind",
@@ -103,11 +113,27 @@ def _check_enum_fields(fields: Mapping[str, Any]) -> None:
             _enum(kind, fields[name])
 
 
-def _invalid(exc: ValidationError) -> InvalidInputError:
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
-    )
-    return InvalidInputError(f"invalid value: {problems}")
+def _check_agent_id(agent_id: object) -> None:
+    if agent_id is not None and not isinstance(agent_id, str):
+        raise InvalidInputError(f"agent_id must be a string or None, not {type(agent_id).__name__}")
+
+
+def _provenance(provenance: object) -> dict[str, Any]:
+    """The provenance mapping's values by key; any other shape or key is refused."""
+    if provenance is None:
+        return {}
+    if not isinstance(provenance, Mapping):
+        raise InvalidInputError(
+            f"provenance must be a mapping with the keys {', '.join(PROVENANCE_KEYS)}, not "
+            f"{type(provenance).__name__}"
+        )
+    unknown = [str(name)[:40] for name in provenance if name not in PROVENANCE_KEYS]
+    if unknown:
+        raise InvalidInputError(
+            f"unknown provenance key(s) {', '.join(sorted(unknown))}; the keys are "
+            f"{', '.join(PROVENANCE_KEYS)}"
+        )
+    return dict(provenance)
 
 
 class SessionManager:
@@ -141,6 +167,7 @@ class SessionManager:
         return cached[1] if cached is not None else None
 
     def set_cached_epoch(self, session_key: str, epoch: int) -> None:
+        check_integer("epoch", epoch)
         key = canonicalize_session_key(session_key)
         cached = self._generations.get(key)
         if cached is not None and cached[1] != epoch:
@@ -175,11 +202,19 @@ class SessionManager:
         self, session_key: str, agent_id: str | None, fields: Mapping[str, Any]
     ) -> SessionNode:
         key = require_session_key(session_key)
+        _check_agent_id(agent_id)
         unknown = set(fields) - SESSION_FIELDS
         if unknown:
             raise InvalidInputError(f"unknown session field(s): {', '.join(sorted(unknown))}")
         if "session_key" in fields:
             raise ProtectedFieldError("session_key is given as the first argument")
+        protected = set(fields) & CREATE_PROTECTED_FIELDS
+        if protected:
+            raise ProtectedFieldError(
+                f"field(s) {', '.join(sorted(protected))} of a new session are set by the "
+                "store itself (epoch 0, the creation time, zero counters); create() takes "
+                "session_id and the mutable fields"
+            )
         _check_enum_fields(fields)
         now = now_ms()
         values: dict[str, Any] = {
@@ -191,10 +226,7 @@ class SessionManager:
             "session_key": key,
             "agent_id": normalize_agent_id(agent_id),
         }
-        try:
-            return SessionNode(**values)
-        except ValidationError as exc:
-            raise _invalid(exc) from None
+        return SessionNode(**values)  # InvalidInputError names any value out of its domain
 
     async def create(
         self, session_key: str, /, agent_id: str = "main", **kwargs: Any
@@ -309,6 +341,9 @@ class SessionManager:
                 committed = None
         for file in staged:
             if committed is None:
+                # Unlocked, so that the next start of the store settles it (publishes it
+                # if the reset committed after all, discards it if not).
+                file.release()
                 log.warning(
                     "reset of %s failed and its outcome is unknown; its archive is kept at %s",
                     key,
@@ -322,7 +357,9 @@ class SessionManager:
 
     async def _stage_archive(self, staged: list[StagedFile], snapshot: GenerationSnapshot) -> None:
         try:
-            file = await stage_reset_archive(snapshot, now_ms=now_ms())
+            file = await stage_reset_archive(
+                snapshot, now_ms=now_ms(), store_tag=self._storage.archive_store_tag
+            )
         except Exception:
             log.warning(
                 "reset archive for %s (%s) could not be written; the reset goes on",
@@ -339,7 +376,7 @@ class SessionManager:
     async def _publish_archive(file: StagedFile, key: str) -> Path | None:
         try:
             path = await asyncio.to_thread(file.publish)
-        except OSError:
+        except OSError:  # publish() has unlocked it: the store's next start retries
             log.warning(
                 "reset archive %s could not be renamed into place; it is kept under that name",
                 file.temporary,
@@ -373,10 +410,7 @@ class SessionManager:
                 "store itself (reset, compaction, create)"
             )
         _check_enum_fields(fields)
-        try:
-            validated = SessionNode(session_key=key, **fields)
-        except ValidationError as exc:
-            raise _invalid(exc) from None
+        validated = SessionNode(session_key=key, **fields)  # each value checked in its domain
         values: dict[str, Any] = {name: getattr(validated, name) for name in fields}
         if "agent_id" in values:
             values["agent_id"] = normalize_agent_id(values["agent_id"])
@@ -420,36 +454,30 @@ class SessionManager:
         accounted elsewhere); ``reasoning_content`` and ``turn_usage`` are kept for the
         assistant role only.
         """
-        if not isinstance(role, str) or not role:
-            raise InvalidInputError("role must be a non-empty string")
-        if token_count is not None and (not isinstance(token_count, int) or token_count < 0):
-            raise InvalidInputError(
-                f"token_count must be a non-negative integer, not {token_count!r}"
-            )
+        check_text("role", role, identifier=True, non_empty=True)
+        check_optional_text("content", content)
+        check_optional_integer("token_count", token_count)
+        origin = _provenance(provenance)
         key = canonicalize_session_key(session_key)
         if role == "user" and self._inject_time_prefix and isinstance(content, str):
             content = stamp(content, timezone=self._time_prefix_tz)
         assistant = role == "assistant"
-        origin = dict(provenance or {})
         delta = token_count if token_count and turn_usage is None else 0
         while True:
             (session_id, epoch), cached = await self._generation(key)
-            try:
-                entry = TranscriptEntry(
-                    session_id=session_id,
-                    session_key=key,
-                    role=role,
-                    content=content,
-                    tool_calls=tool_calls,
-                    tool_call_id=tool_call_id,
-                    reasoning_content=reasoning_content if assistant else None,
-                    turn_usage=turn_usage if assistant else None,
-                    turn_context=turn_context,
-                    token_count=token_count,
-                    **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
-                )
-            except ValidationError as exc:
-                raise _invalid(exc) from None
+            entry = TranscriptEntry(  # InvalidInputError names any value out of its domain
+                session_id=session_id,
+                session_key=key,
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=tool_call_id,
+                reasoning_content=reasoning_content if assistant else None,
+                turn_usage=turn_usage if assistant else None,
+                turn_context=turn_context,
+                token_count=token_count,
+                **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
+            )
             try:
                 await self._storage.append_message_entry(
                     entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
@@ -495,8 +523,7 @@ class SessionManager:
 
     async def truncate(self, session_key: str, max_messages: int = 20) -> dict[str, Any]:
         """Keep the newest ``max_messages`` live entries (one transaction)."""
-        if not isinstance(max_messages, int) or max_messages < 0:
-            raise InvalidInputError("max_messages must be >= 0")
+        check_integer("max_messages", max_messages)
         truncated, before, after = await self._storage.truncate_transcript(
             session_key, max_messages, now_ms()
         )
@@ -522,8 +549,9 @@ class SessionManager:
         """
         child_key = require_session_key(new_session_key)
         child_status = _enum(SessionStatus, status).value
-        if max_fork_tokens is not None and max_fork_tokens < 0:
-            raise InvalidInputError("max_fork_tokens must be >= 0")
+        check_flag("fork_transcript", fork_transcript)
+        check_optional_integer("max_fork_tokens", max_fork_tokens)
+        check_optional_text("fork_before_message_id", fork_before_message_id, identifier=True)
         now = now_ms()
 
         def make_child(parent: SessionNode) -> SessionNode:
@@ -565,6 +593,10 @@ class SessionManager:
         return await self._storage.get_all_summaries(node.session_id)
 
     async def save_context_state(self, state: SessionContextState) -> SessionContextState:
+        if not isinstance(state, SessionContextState):
+            raise InvalidInputError(
+                f"state must be a SessionContextState, not {type(state).__name__}"
+            )
         return await self._storage.save_context_state(state)
 
     async def get_context_states(
@@ -575,6 +607,9 @@ class SessionManager:
         valid_only: bool = True,
     ) -> list[SessionContextState]:
         """States of the key (``[]`` for an unknown key)."""
+        check_optional_text("provider", provider)
+        check_optional_text("state_kind", state_kind)
+        check_flag("valid_only", valid_only)
         return await self._storage.get_context_states(
             session_key, provider=provider, state_kind=state_kind, valid_only=valid_only
         )
@@ -586,6 +621,9 @@ class SessionManager:
         state_kind: str | None = None,
         reason: str = "invalidated",
     ) -> int:
+        check_optional_text("provider", provider, max_length=PROVIDER_MAX_LENGTH)
+        check_optional_text("state_kind", state_kind, max_length=STATE_KIND_MAX_LENGTH)
+        check_text("reason", reason)
         return await self._storage.invalidate_context_states(
             session_key, provider=provider, state_kind=state_kind, reason=reason
         )
@@ -594,14 +632,12 @@ class SessionManager:
 
     async def prune_stale(self, max_age_ms: int) -> int:
         """Delete sessions not updated for ``max_age_ms``; how many were deleted."""
-        if not isinstance(max_age_ms, int) or max_age_ms < 0:
-            raise InvalidInputError("max_age_ms must be a non-negative integer")
+        check_integer("max_age_ms", max_age_ms)
         return await self._storage.prune_stale(now_ms() - max_age_ms)
 
     async def cap_entries(self, max_entries: int = 500) -> int:
         """Keep at most ``max_entries`` sessions, deleting the least recently updated."""
-        if not isinstance(max_entries, int) or max_entries < 0:
-            raise InvalidInputError("max_entries must be a non-negative integer")
+        check_integer("max_entries", max_entries)
         return await self._storage.cap_sessions(max_entries)
 
     # -- compaction --------------------------------------------------------------------
@@ -688,12 +724,19 @@ class SessionManager:
         self, *, agent_id: str | None = None, limit: int = 50
     ) -> list[SessionSummary]:
         """The repair queue: summaries whose memory flush was degraded or must be retried."""
+        _check_agent_id(agent_id)
+        check_integer("limit", limit)
         return await self._storage.list_degraded_summaries(agent_id=agent_id, limit=limit)
 
     async def get_compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:
         return await self._compactor.compaction_preimage(summary)
 
     async def mark_compaction_repair_status(self, summary: SessionSummary, status: str) -> None:
+        if not isinstance(summary, SessionSummary):
+            raise InvalidInputError(
+                f"summary must be a SessionSummary, not {type(summary).__name__}"
+            )
+        check_text("status", status)
         if summary.id is None:
             return
         await self._storage.update_summary_flush_receipt_status(summary.id, status)
@@ -702,6 +745,8 @@ class SessionManager:
     async def mark_compaction_flush_receipt_status(
         self, session_key: str, compaction_id: str, status: str
     ) -> int:
+        check_text("compaction_id", compaction_id, max_length=COMPACTION_ID_MAX_LENGTH)
+        check_text("status", status)
         return await self._storage.update_summary_flush_receipt_status_by_compaction(
             session_key, compaction_id, status
         )
@@ -714,18 +759,15 @@ class SessionManager:
 
     async def preview_truncate(self, session_key: str, max_messages: int = 20) -> DeletionPreview:
         """What :meth:`truncate` would delete now; nothing is changed."""
-        if not isinstance(max_messages, int) or max_messages < 0:
-            raise InvalidInputError("max_messages must be >= 0")
+        check_integer("max_messages", max_messages)
         return await self._storage.preview_truncate(session_key, max_messages)
 
     async def preview_prune_stale(self, max_age_ms: int) -> DeletionPreview:
         """What :meth:`prune_stale` would delete now; nothing is changed."""
-        if not isinstance(max_age_ms, int) or max_age_ms < 0:
-            raise InvalidInputError("max_age_ms must be a non-negative integer")
+        check_integer("max_age_ms", max_age_ms)
         return await self._storage.preview_prune(now_ms() - max_age_ms)
 
     async def preview_cap_entries(self, max_entries: int = 500) -> DeletionPreview:
         """What :meth:`cap_entries` would delete now; nothing is changed."""
-        if not isinstance(max_entries, int) or max_entries < 0:
-            raise InvalidInputError("max_entries must be a non-negative integer")
+        check_integer("max_entries", max_entries)
         return await self._storage.preview_cap(max_entries)

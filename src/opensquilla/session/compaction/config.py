@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+from ..errors import ConfigurationError
 
 IdentifierPolicy = Literal["strict", "custom", "off"]
+IDENTIFIER_POLICIES = frozenset(get_args(IdentifierPolicy))
 PROFILES_WITH_PROTECTED_TAIL = frozenset({"coding", "research", "support"})
 PROFILE_PROTECTED_TAIL = 12
 
@@ -31,6 +35,48 @@ class CompactionConfig:
     compaction_profile: str = "conversation"
     protected_recent_messages: int = 0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse a setting compaction cannot use (``ConfigurationError`` naming it).
+
+        Run at construction and again by every compaction, since the dataclass is mutable.
+        """
+        for name in ("base_chunk_ratio", "min_chunk_ratio", "safety_margin", "timeout_seconds"):
+            _finite(name, getattr(self, name))
+        if not 0 < self.base_chunk_ratio <= 1:
+            raise ConfigurationError(
+                f"base_chunk_ratio must be in (0, 1], not {self.base_chunk_ratio!r}"
+            )
+        if not 0 <= self.min_chunk_ratio <= 1:
+            raise ConfigurationError(
+                f"min_chunk_ratio must be in [0, 1], not {self.min_chunk_ratio!r}"
+            )
+        for name in ("safety_margin", "timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name} must be positive, not {getattr(self, name)!r}")
+        _integer("default_parts", self.default_parts, minimum=1)
+        _integer("protected_recent_messages", self.protected_recent_messages, minimum=0)
+        policy = self.identifier_policy
+        if not isinstance(policy, str) or policy not in IDENTIFIER_POLICIES:
+            raise ConfigurationError(
+                "identifier_policy must be one of "
+                f"{', '.join(sorted(IDENTIFIER_POLICIES))}, not {_kind(policy)}"
+            )
+        if self.model is not None and not isinstance(self.model, str):
+            raise ConfigurationError(f"model must be a string or None, not {_kind(self.model)}")
+        for name in ("api_key", "base_url", "compaction_profile"):
+            if not isinstance(getattr(self, name), str):
+                # Never show the value: it may be the API key.
+                raise ConfigurationError(
+                    f"{name} must be a string, not {type(getattr(self, name)).__name__}"
+                )
+        if not isinstance(self.coverage_blocking, bool):
+            raise ConfigurationError(
+                f"coverage_blocking must be True or False, not {_kind(self.coverage_blocking)}"
+            )
+
     def __repr__(self) -> str:
         # Never show the API key.
         shown = {k: ("***" if k == "api_key" and v else v) for k, v in self.__dict__.items()}
@@ -52,3 +98,28 @@ class CompactionConfig:
     @property
     def llm_enabled(self) -> bool:
         return bool(self.api_key and self.model)
+
+
+def _kind(value: object) -> str:
+    if value is None or isinstance(value, bool | int | float):
+        shown = repr(value)
+        return shown if len(shown) <= 40 else f"a {type(value).__name__} of {len(shown)} digits"
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"a str of {len(value)} characters"
+    return f"a {type(value).__name__}"
+
+
+def _finite(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{name} must be a number, not {_kind(value)}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ConfigurationError(f"{name} must be a finite number, not {_kind(value)}")
+
+
+def _integer(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} must be an integer >= {minimum}, not {_kind(value)}")

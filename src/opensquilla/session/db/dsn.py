@@ -3,6 +3,12 @@
 Plain ``sqlite://`` and ``postgresql://`` (or ``postgres://``) URLs are normalised to the
 async drivers. Anything else is refused with an error naming the accepted forms; the
 password of a URL never appears in an error or a ``repr``.
+
+A string shaped like a URL (a scheme without ``://``, a leading ``//``, ``user:pw@``, a
+query string, a ``password=`` parameter) is never taken for a file path: a mistyped
+``postgresql//app:pw@host/db`` would otherwise become a SQLite file whose directory names
+are the password. ``?password=...`` (which asyncpg accepts) is moved into the URL's
+password, where every rendering hides it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,43 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _MALFORMED_URL = re.compile(
     r"^(?:postgres(?:ql)?|sqlite|mysql|mariadb|oracle|mssql)(?:\+\w+)?:", re.IGNORECASE
 )
+# Shapes no file name a person means has; each refuses the string whatever it starts with.
+_Shapes = tuple[tuple[re.Pattern[str], str], ...]
+_ALWAYS_URL_SHAPED: _Shapes = (
+    (re.compile(r"^//"), "it starts with '//'"),
+    (re.compile(r":[^\s]*@"), "it holds credentials ('user:password@')"),
+    (
+        re.compile(r"(?i)\b[a-z_]*(?:pass(?:word|wd)?|pwd|secret|token)\s*="),
+        "it holds a password parameter",
+    ),
+)
+# Shapes refused in a bare relative name only: "./name:x" or an absolute path is a path.
+_BARE_URL_SHAPED: _Shapes = (
+    (re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:"), "it starts with a scheme ('name:')"),
+    (re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*//"), "a scheme is missing its ':'"),
+    (re.compile(r"\?[^/]*="), "it has a query string"),
+)
+_EXPLICIT_PATH = ("/", "./", "../", "~")
+# The password part of a refused string, bluntly: from the first ":" not starting a "/"
+# to the last "@" (the user may go with it; nothing of the password stays).
+_BLUNT_CREDENTIALS = re.compile(r":(?!/)\S*@")
+_QUERY_PASSWORD = "password"
+
+
+def _masked(text: str) -> str:
+    """A string that failed to parse, safe to show: every password-like part hidden."""
+    return _BLUNT_CREDENTIALS.sub(":***@", mask_password(text), count=1)
+
+
+def _url_shape(text: str) -> str | None:
+    """Why ``text`` looks like a URL rather than a file path, or ``None``."""
+    shapes = _ALWAYS_URL_SHAPED
+    if not text.startswith(_EXPLICIT_PATH):
+        shapes = _BARE_URL_SHAPED + shapes
+    for pattern, reason in shapes:
+        if pattern.search(text):
+            return reason
+    return None
 
 
 @dataclass(frozen=True)
@@ -43,8 +86,16 @@ class StorageTarget:
         return self.backend == "sqlite" and self.path is None
 
     def render(self) -> str:
-        """The URL as text, password hidden: safe for logs, errors and reprs."""
-        return self.url.render_as_string(hide_password=True)
+        """The URL as text, password and secret-looking parameters hidden: safe for logs,
+        errors, reprs and ``--json`` output."""
+        return mask_password(self.url.render_as_string(hide_password=True))
+
+    def __repr__(self) -> str:
+        # The dataclass repr would show ``url``, query parameters and all.
+        return f"StorageTarget({self.render()!r}, backend={self.backend!r})"
+
+    def __str__(self) -> str:
+        return self.render()
 
 
 def parse_target(target: str | os.PathLike[str]) -> StorageTarget:
@@ -64,8 +115,15 @@ def parse_target(target: str | os.PathLike[str]) -> StorageTarget:
         return _from_url(text)
     if _MALFORMED_URL.match(text):
         raise ConfigurationError(
-            f"{mask_password(text)!r} looks like a database URL but has no '://'; "
+            f"{_masked(text)!r} looks like a database URL but has no '://'; "
             f"accepted forms: {ACCEPTED_FORMS}"
+        )
+    reason = _url_shape(text)
+    if reason is not None:
+        raise ConfigurationError(
+            f"{_masked(text)!r} looks like a database URL, not a file path ({reason}); "
+            f"accepted forms: {ACCEPTED_FORMS}. A file whose name merely looks like this: "
+            "rename it, or write a relative name as ./NAME"
         )
     if "\x00" in text:
         raise ConfigurationError("storage path must not contain NUL characters")
@@ -84,7 +142,7 @@ def _from_url(text: str) -> StorageTarget:
     except (ArgumentError, ValueError):
         # `from None`: the parser's own message may quote the URL, password included.
         raise ConfigurationError(
-            f"cannot parse database URL {mask_password(text)!r}; accepted forms: {ACCEPTED_FORMS}"
+            f"cannot parse database URL {_masked(text)!r}; accepted forms: {ACCEPTED_FORMS}"
         ) from None
     backend, _, driver = url.drivername.partition("+")
     if backend == "sqlite":
@@ -103,21 +161,63 @@ def _from_url(text: str) -> StorageTarget:
             port = url.port
         except ValueError:
             port = -1
+        url = _password_from_query(url)
+        _check_query(url)
         if port is not None and not 0 < port < 65536:
             raise ConfigurationError(
-                f"invalid port in {url.render_as_string(hide_password=True)!r}"
+                f"invalid port in {_render(url)!r}; accepted forms: {ACCEPTED_FORMS}"
             )
         return StorageTarget(url.set(drivername="postgresql+asyncpg"), "postgresql", None)
     raise ConfigurationError(
-        f"unsupported database {backend!r} in {url.render_as_string(hide_password=True)!r}; "
-        f"accepted forms: {ACCEPTED_FORMS}"
+        f"unsupported database {backend!r} in {_render(url)!r}; accepted forms: {ACCEPTED_FORMS}"
     )
+
+
+def _render(url: URL) -> str:
+    return mask_password(url.render_as_string(hide_password=True))
+
+
+def _password_from_query(url: URL) -> URL:
+    """``?password=...`` moved into the URL's password (where the query wins, as it does
+    for the driver): every rendering of a URL hides its password, none hides a query."""
+    if _QUERY_PASSWORD not in url.query:
+        return url
+    given = url.query[_QUERY_PASSWORD]
+    password = given[-1] if isinstance(given, tuple) else given
+    return url.difference_update_query([_QUERY_PASSWORD]).set(password=password)
+
+
+# asyncpg.connect() arguments that cannot come from a URL's text (or are the URL itself).
+_NOT_FROM_A_URL = {"dsn", "loop", "connection_class", "record_class", "server_settings"}
+# Query parameters SQLAlchemy's asyncpg dialect takes for itself.
+_DIALECT_PARAMETERS = {"prepared_statement_cache_size"}
+_HINTS = {"sslmode": " (asyncpg spells it ssl, e.g. ?ssl=require)"}
+
+
+def _check_query(url: URL) -> None:
+    """Refuse query parameters the driver would not take: SQLAlchemy hands every one to
+    ``asyncpg.connect()`` as a keyword, and an unknown one (``sslmode``, ``sslpassword``)
+    would fail the first connection with a bare ``TypeError``."""
+    import inspect
+
+    import asyncpg
+
+    accepted = (
+        set(inspect.signature(asyncpg.connect).parameters) - _NOT_FROM_A_URL
+    ) | _DIALECT_PARAMETERS
+    unknown = sorted(set(url.query) - accepted)
+    if unknown:
+        hint = "".join(_HINTS.get(name, "") for name in unknown)
+        raise ConfigurationError(
+            f"query parameter(s) {', '.join(unknown)} in {_render(url)!r} are not understood "
+            f"by asyncpg{hint}; accepted: {', '.join(sorted(accepted))}"
+        )
 
 
 def _refuse_driver(url: URL, backend: str, driver: str) -> ConfigurationError:
     wanted = "aiosqlite" if backend == "sqlite" else "asyncpg"
     return ConfigurationError(
-        f"driver {driver!r} in {url.render_as_string(hide_password=True)!r} is not an async "
+        f"driver {driver!r} in {_render(url)!r} is not an async "
         f"driver; use {backend}+{wanted}:// (or plain {backend}://). "
         f"Accepted forms: {ACCEPTED_FORMS}"
     )

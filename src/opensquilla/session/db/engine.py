@@ -4,7 +4,8 @@ SQLite: WAL for files, ``foreign_keys=ON``, a busy timeout, ``synchronous=FULL``
 default, and SQLAlchemy's BEGIN-hook recipe (the driver's own transaction handling is off),
 so transactions and savepoints are real on Python 3.11. A write transaction begins with
 ``BEGIN IMMEDIATE``: it takes the write lock up front, so it never fails half-way with a
-busy snapshot. ``:memory:`` uses one shared connection (``StaticPool``).
+busy snapshot. ``:memory:`` uses one shared connection (``StaticPool``) that lives as long
+as the store (:class:`PinnedMemoryDBAPI`), whatever happens to the operations on it.
 
 Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout.
 """
@@ -21,6 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.util.concurrency import await_
 
 from .dsn import StorageTarget
 from .sql import SQLITE_UUID_FUNCTION
@@ -66,6 +68,91 @@ def _enter_wal(cursor: Any) -> None:
 
 def _uuid4() -> str:
     return str(uuid.uuid4())
+
+
+class PinnedMemoryDBAPI:
+    """The DBAPI for a ``:memory:`` store: one connection for the store's whole life.
+
+    An in-memory SQLite database lives exactly as long as the one connection that opened
+    it. SQLAlchemy invalidates (closes) a connection whenever an operation on it is
+    interrupted by a cancellation, a timeout or a ``KeyboardInterrupt``, and then
+    ``StaticPool`` opens a new one: a new, empty, unmigrated database, every session gone.
+
+    So this module hands the pool the same connection every time it asks for one, and
+    that connection ignores ``close()`` and ``terminate()``. Only :func:`dispose_engine`
+    really closes it. When the pool asks again after an invalidation, any transaction the
+    interrupted operation left open is rolled back first. The rollback runs on the
+    connection's own aiosqlite thread, which runs its calls one after another, so it
+    happens after the statement that was cancelled mid-flight has finished: nothing of an
+    interrupted unit of work is ever committed, and nothing committed is ever lost.
+    Everything else is the wrapped module's (lean or SQLAlchemy's own adapter).
+    """
+
+    def __init__(self, dbapi: Any | None) -> None:
+        if dbapi is None:  # the lean adapter is unavailable: wrap SQLAlchemy's own
+            import aiosqlite
+            from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_dbapi
+
+            dbapi = AsyncAdapt_aiosqlite_dbapi(aiosqlite, sqlite3)
+        self._dbapi: Any = dbapi
+        self._pinned: Any = None
+        self.reconnected = False  # the pool has asked again (after an invalidation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dbapi, name)
+
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        """The store's connection (opened on first use); called from the pool's greenlet."""
+        pinned = self._pinned
+        if pinned is None:
+            pinned = self._dbapi.connect(*args, **kwargs)
+            pinned.__class__ = _pinned_class(type(pinned))
+            self._pinned = pinned
+            return pinned
+        # A reconnect after an invalidation: the data is all there, and the connection is
+        # set up already; only an interrupted transaction may be left, and it must never
+        # be continued or committed.
+        self.reconnected = True
+        if hasattr(pinned, "_pending_begin"):
+            pinned._pending_begin = None
+        await_(pinned._connection.rollback())
+        return pinned
+
+    async def close(self) -> None:
+        """Really close the connection (the database is gone afterwards); idempotent."""
+        pinned, self._pinned = self._pinned, None
+        if pinned is not None:
+            await pinned._connection.close()
+
+
+_PINNED_CLASSES: dict[type[Any], type[Any]] = {}
+
+
+def _pinned_class(base: type[Any]) -> type[Any]:
+    """``base`` with ``close()``/``terminate()`` that keep the connection open (same slots,
+    so an adapter instance can take this class)."""
+
+    def keep_open(self: Any) -> None:
+        return None
+
+    pinned = _PINNED_CLASSES.get(base)
+    if pinned is None:
+        pinned = type(
+            f"Pinned{base.__name__}",
+            (base,),
+            {"__slots__": (), "close": keep_open, "terminate": keep_open},
+        )
+        _PINNED_CLASSES[base] = pinned
+    return pinned
+
+
+async def dispose_engine(engine: AsyncEngine) -> None:
+    """Dispose of ``engine``'s pool and, for a ``:memory:`` store, close its one
+    connection (which the pool itself never closes)."""
+    await engine.dispose()
+    dbapi = engine.sync_engine.dialect.loaded_dbapi
+    if isinstance(dbapi, PinnedMemoryDBAPI):
+        await dbapi.close()
 
 
 def create_engine(
@@ -117,9 +204,13 @@ def _sqlite_engine(
     dbapi = lean_dbapi()
     if dbapi is not None:
         common = {**common, "module": dbapi}
-    if target.memory:
+    pinned = PinnedMemoryDBAPI(dbapi) if target.memory else None
+    if pinned is not None:
         engine = create_async_engine(
-            "sqlite+aiosqlite://", poolclass=StaticPool, connect_args=connect_args, **common
+            "sqlite+aiosqlite://",
+            poolclass=StaticPool,
+            connect_args=connect_args,
+            **{**common, "module": pinned},
         )
     else:
         extra: dict[str, Any] = {}
@@ -130,6 +221,8 @@ def _sqlite_engine(
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        if pinned is not None and pinned.reconnected:
+            return  # the store's one :memory: connection, set up when it was opened
         # Hand transaction control to SQLAlchemy (the BEGIN hook below).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()

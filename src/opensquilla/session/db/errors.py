@@ -21,6 +21,8 @@ from ..errors import (
 )
 
 _PG_REFUSED_CHARACTER = {"22021", "22P05"}  # character_not_in_repertoire, untranslatable
+_PG_OUT_OF_RANGE = "22003"  # numeric_value_out_of_range: a counter past its column's type
+_PG_PROGRAM_LIMIT = "54000"  # program_limit_exceeded: e.g. an index entry that is too large
 
 
 def _driver_message(exc: sa_exc.DBAPIError) -> str:
@@ -60,6 +62,13 @@ def translate(exc: BaseException) -> SessionStoreError | None:
             "text holds an unpaired surrogate code point, which cannot be stored as UTF-8; "
             "nothing was written"
         )
+    if isinstance(exc, OverflowError):
+        # sqlite3 binds a Python int outside 64 bits with a bare OverflowError, which
+        # SQLAlchemy passes through unwrapped.
+        return InvalidInputError(
+            f"an integer is outside the 64-bit range the database stores ({exc}); "
+            "nothing was written"
+        )
     if isinstance(exc, sa_exc.DBAPIError):
         encode_error = _encode_error_in_chain(exc.orig) if exc.orig is not None else None
         if encode_error is not None:
@@ -69,10 +78,22 @@ def translate(exc: BaseException) -> SessionStoreError | None:
             return DatabaseUnavailableError(f"database connection failed: {message}")
         if isinstance(exc, sa_exc.IntegrityError):
             return IntegrityViolationError(f"database refused the change: {message}")
-        if _sqlstate(exc) in _PG_REFUSED_CHARACTER:
+        sqlstate = _sqlstate(exc)
+        if sqlstate in _PG_REFUSED_CHARACTER:
             return InvalidInputError(
                 "PostgreSQL refused a text value (a NUL character in an identifier or other "
                 f"field that is not stored losslessly); nothing was written: {message}"
+            )
+        if sqlstate == _PG_OUT_OF_RANGE:
+            return InvalidInputError(
+                f"a number is out of range for its column; nothing was written: {message}"
+            )
+        if sqlstate is not None and (sqlstate.startswith("22") or sqlstate == _PG_PROGRAM_LIMIT):
+            # Class 22 is "data exception": the value, not the database, is the problem
+            # (asyncpg reports an argument it cannot encode, such as an int outside int64,
+            # as 22000 before anything is sent).
+            return InvalidInputError(
+                f"the database refused a value; nothing was written: {message}"
             )
         return DatabaseError(f"database error: {message}")
     if isinstance(exc, sa_exc.StatementError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, ColumnElement, Select, Table, Text, select, type_coerce
+from sqlalchemy import JSON, ColumnElement, Float, Select, Table, Text, cast, select, type_coerce
 from sqlalchemy.engine import Result, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -69,11 +69,21 @@ _sqlite_loads = json_deserializer("sqlite")
 
 @functools.cache
 def read_columns(table: Table, dialect_name: str) -> tuple[ColumnElement[Any], ...]:
-    """The columns to SELECT when the rows become models."""
+    """The columns to SELECT when the rows become models.
+
+    On SQLite a REAL column is read through ``CAST(... AS REAL)``: SQLite stores an integral
+    REAL as an integer, and ``UPDATE ... RETURNING`` hands it back as one (``0``, not
+    ``0.0``), so a returned row would hold an ``int`` where its model has a ``float``.
+    """
     if dialect_name != "sqlite":
         return tuple(table.columns)
     return tuple(
-        type_coerce(c, Text).label(c.name) if c.name in JSON_COLUMNS else c for c in table.columns
+        type_coerce(c, Text).label(c.name)
+        if c.name in JSON_COLUMNS
+        else cast(c, Float).label(c.name)
+        if isinstance(c.type, Float)
+        else c
+        for c in table.columns
     )
 
 

@@ -21,7 +21,7 @@ from ..tables import (
     sessions,
     transcript_entries,
 )
-from .sessions import RETENTION_ORDER
+from .sessions import CHILD_TABLES, RETENTION_ORDER, owned_rows
 from .summaries import DEGRADED_STATUSES
 
 
@@ -57,8 +57,9 @@ async def store_counts(conn: AsyncConnection) -> StoreCounts:
 
 
 async def _sessions_preview(conn: AsyncConnection, selection: Select[Any]) -> DeletionPreview:
-    """The sessions ``selection`` picks and the rows a cascade delete of them removes (the
-    cascade deletes transcript, archive and summaries by ``session_id``, states by key)."""
+    """The sessions ``selection`` picks and the rows a cascade delete of them removes:
+    exactly the rows :func:`.sessions.owned_rows` selects for the delete (every row under
+    their keys, of every generation, and every row carrying their current ids)."""
     nodes = to_models(SessionNode, conn.dialect.name, await conn.execute(selection))
     if not nodes:
         return DeletionPreview()
@@ -66,23 +67,10 @@ async def _sessions_preview(conn: AsyncConnection, selection: Select[Any]) -> De
     ids = select(picked.c.session_id)
     keys = select(picked.c.session_key)
     rows = {
-        "transcript_entries": await _count(
-            conn, _count_of(transcript_entries, transcript_entries.c.session_id.in_(ids))
-        ),
-        "compacted_transcript_entries": await _count(
-            conn,
-            _count_of(
-                compacted_transcript_entries,
-                compacted_transcript_entries.c.session_id.in_(ids),
-            ),
-        ),
-        "session_summaries": await _count(
-            conn, _count_of(session_summaries, session_summaries.c.session_id.in_(ids))
-        ),
-        "session_context_states": await _count(
-            conn,
-            _count_of(session_context_states, session_context_states.c.session_key.in_(keys)),
-        ),
+        table.name: sum(
+            [await _count(conn, _count_of(table, owned)) for owned in owned_rows(table, keys, ids)]
+        )
+        for table in CHILD_TABLES
     }
     return DeletionPreview(sessions=tuple(nodes), rows=rows)
 

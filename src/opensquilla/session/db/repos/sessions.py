@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from sqlalchemy import and_, case, delete, func, or_, select, update
+from sqlalchemy import (
+    Table,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import BindParameter, ColumnElement
 
-from ...errors import StaleGenerationError
-from ...models import SessionNode
+from ...errors import InvalidInputError, SessionIdInUseError, StaleGenerationError
+from ...models import INT64_MAX, SessionNode
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
-from ..sql import insert_for
+from ..sql import insert_for, is_postgres
 from ..tables import (
     compacted_transcript_entries,
     session_context_states,
@@ -148,13 +163,20 @@ async def get_epoch(conn: AsyncConnection, key: str) -> int | None:
 
 
 async def increment_epoch(conn: AsyncConnection, key: str) -> int | None:
+    """``epoch + 1``; ``None`` for a missing key. An epoch already at the 64-bit maximum is
+    refused (SQLite would silently make it a REAL, Postgres raise "bigint out of range")."""
     stmt = (
         update(sessions)
-        .where(sessions.c.session_key == key)
+        .where(sessions.c.session_key == key, sessions.c.epoch < INT64_MAX)
         .values(epoch=sessions.c.epoch + 1)
         .returning(sessions.c.epoch)
     )
     value = (await conn.execute(stmt)).scalar_one_or_none()
+    if value is None and await get_epoch(conn, key) is not None:
+        raise InvalidInputError(
+            f"the epoch of {key} is at {INT64_MAX}, the largest value it can hold; "
+            "nothing was written"
+        )
     return int(value) if value is not None else None
 
 
@@ -169,10 +191,69 @@ async def oldest_keys(
     return list((await conn.execute(query)).scalars())
 
 
+# The tables whose rows a session owns; all but the last are read by session id.
+CHILD_TABLES = (
+    transcript_entries,
+    compacted_transcript_entries,
+    session_summaries,
+    session_context_states,
+)
+
+
+def owned_rows(
+    table: Table, keys: Any, session_ids: Any, *, sessions_deleted: bool = False
+) -> tuple[ColumnElement[bool], ...]:
+    """The rows of ``table`` that belong to the sessions ``keys`` (current generations
+    ``session_ids``), as disjoint conditions, one statement each (so that each is an index
+    probe; together, with an ``OR``, PostgreSQL would hash every session per statement).
+
+    ``keys`` and ``session_ids`` are lists, one-column selects or :func:`_listed` arrays.
+    A session owns every row stored under its key, of every generation (a legacy file or
+    an import can hold rows of an older one), and every row carrying its current session
+    id. Excepted is a row
+    that another session, one not among ``keys``, shows as its own: transcript, archive
+    and summaries are read by session id, context states by key. (Such a row can only
+    come from data written before session ids were unique; deleting one session must not
+    take it from the other.)
+
+    ``sessions_deleted``: the conditions run in this order, right after the session rows
+    of ``keys`` were deleted, in the same transaction: the second then needs neither to
+    exclude the first one's rows nor to exclude ``keys`` from the sessions it looks at
+    (fewer parameters: each is a value SQLAlchemy and the driver process).
+    """
+    if table is session_context_states:
+        mine, others, link = table.c.session_key, table.c.session_id, sessions.c.session_key
+        this_generation, other_rows = _one_of(mine, keys), _one_of(others, session_ids)
+    else:
+        mine, others, link = table.c.session_id, table.c.session_key, sessions.c.session_id
+        this_generation, other_rows = _one_of(mine, session_ids), _one_of(others, keys)
+    if sessions_deleted:
+        shown_elsewhere = exists().where(link == mine)
+        return this_generation, and_(other_rows, ~shown_elsewhere)
+    shown_elsewhere = exists().where(link == mine, sessions.c.session_key.not_in(keys))
+    return this_generation, and_(other_rows, ~this_generation, ~shown_elsewhere)
+
+
+def _listed(conn: AsyncConnection, values: Sequence[str]) -> Any:
+    """``values`` for :func:`_one_of`: on PostgreSQL one array parameter (``= ANY``), which
+    the driver and the planner take several times faster than hundreds of ``IN``
+    parameters; on SQLite the list itself."""
+    if is_postgres(conn):
+        return bindparam(None, list(values), type_=postgresql.ARRAY(Text))
+    return list(values)
+
+
+def _one_of(column: Any, values: Any) -> ColumnElement[bool]:
+    if isinstance(values, BindParameter):
+        return cast(ColumnElement[bool], column == any_(values))
+    return cast(ColumnElement[bool], column.in_(values))
+
+
 async def delete_cascade(
     conn: AsyncConnection, keys: Sequence[str], *, updated_before: int | None = None
 ) -> list[str]:
-    """Delete sessions and everything they own; returns the keys actually deleted.
+    """Delete sessions and everything they own (:func:`owned_rows`); returns the keys
+    actually deleted.
 
     The session rows go first: on Postgres that locks them, so an append or branch racing
     this delete either committed before (and its rows are deleted here too) or finds the
@@ -180,7 +261,7 @@ async def delete_cascade(
     """
     if not keys:
         return []
-    stmt = delete(sessions).where(sessions.c.session_key.in_(list(keys)))
+    stmt = delete(sessions).where(_one_of(sessions.c.session_key, _listed(conn, keys)))
     if updated_before is not None:
         stmt = stmt.where(sessions.c.updated_at < updated_before)
     rows = (await conn.execute(stmt.returning(sessions.c.session_key, sessions.c.session_id))).all()
@@ -188,9 +269,81 @@ async def delete_cascade(
         return []
     deleted_keys = [row.session_key for row in rows]
     session_ids = [row.session_id for row in rows]
-    for table in (transcript_entries, compacted_transcript_entries, session_summaries):
-        await conn.execute(delete(table).where(table.c.session_id.in_(session_ids)))
-    await conn.execute(
-        delete(session_context_states).where(session_context_states.c.session_key.in_(deleted_keys))
-    )
+    listed_keys, listed_ids = _listed(conn, deleted_keys), _listed(conn, session_ids)
+    for table in CHILD_TABLES:
+        # Summaries have no index on session_key, so that test scans the table: a list of
+        # parameters is hashed once per statement there, an array searched row by row.
+        keys = deleted_keys if table is session_summaries else listed_keys
+        for owned in owned_rows(table, keys, listed_ids, sessions_deleted=True):
+            await conn.execute(delete(table).where(owned))
     return deleted_keys
+
+
+async def generation_claimant(
+    conn: AsyncConnection, session_id: str, session_key: str | None
+) -> str | None:
+    """A session key other than ``session_key`` that already holds ``session_id``: the
+    key of the session whose generation it is, or of any row stored under it; ``None``
+    when the id is free for ``session_key``. One statement, an index probe per table."""
+    probes = []
+    for table in (sessions, *CHILD_TABLES):
+        probe = select(table.c.session_key).where(table.c.session_id == session_id)
+        if session_key is not None:
+            probe = probe.where(table.c.session_key != session_key)
+        probes.append(probe.limit(1).scalar_subquery())
+    claimant = (await conn.execute(select(func.coalesce(*probes)))).scalar_one_or_none()
+    return str(claimant) if claimant is not None else None
+
+
+async def generation_owner(conn: AsyncConnection, session_id: str) -> str | None:
+    """The key of the session whose current generation is ``session_id``, if any."""
+    query = select(sessions.c.session_key).where(sessions.c.session_id == session_id).limit(1)
+    owner = (await conn.execute(query)).scalar_one_or_none()
+    return str(owner) if owner is not None else None
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def generation_in_use(
+    session_id: str, holder: str, session_key: str | None, *, holder_is_session: bool = True
+) -> SessionIdInUseError:
+    """The error for ``session_key`` (``None``: a new generation) taking an id ``holder``
+    holds: as its current generation, or (``holder_is_session=False``) in rows stored
+    under that key."""
+    taker = f"session {_shown(session_key)}" if session_key is not None else "a new generation"
+    held = (
+        f"already belongs to session {_shown(holder)}"
+        if holder_is_session
+        else f"is already carried by rows stored under the key {_shown(holder)}"
+    )
+    return SessionIdInUseError(
+        f"session id {_shown(session_id)} {held}; {taker} cannot take it (a session id names "
+        "one generation of one session, and deleting or resetting a session removes every "
+        "row carrying it). Nothing was written"
+    )
+
+
+async def claim_generation(conn: AsyncConnection, session_id: str, session_key: str | None) -> None:
+    """Refuse (``SessionIdInUseError``) to give ``session_key`` a session id that another
+    key already holds (:func:`generation_claimant`). Inside the writing transaction, before
+    anything is written; the unique index on ``sessions.session_id`` backs it against a
+    concurrent writer (``storage.py`` translates that violation into the same error)."""
+    claimant = await generation_claimant(conn, session_id, session_key)
+    if claimant is not None:
+        owner = await generation_owner(conn, session_id)
+        if owner is not None and owner != session_key:
+            raise generation_in_use(session_id, owner, session_key)
+        raise generation_in_use(session_id, claimant, session_key, holder_is_session=False)
+
+
+async def check_row_generation(conn: AsyncConnection, session_id: str, session_key: str) -> None:
+    """Refuse a row stored under ``session_key`` that carries the session id of another
+    session: it would show up in that session's transcript, and go when it is deleted."""
+    owner = await generation_owner(conn, session_id)
+    if owner is not None and owner != session_key:
+        raise SessionIdInUseError(
+            f"session id {_shown(session_id)} belongs to session {_shown(owner)}; a row of "
+            f"session {_shown(session_key)} cannot carry it. Nothing was written"
+        )

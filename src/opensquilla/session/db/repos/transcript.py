@@ -27,7 +27,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ...models import CompactedTranscriptEntry, TranscriptEntry
+from ...errors import InvalidInputError
+from ...models import INT64_MAX, CompactedTranscriptEntry, TranscriptEntry
 from ..rows import TRANSCRIPT_COLUMNS, read_columns, select_rows, to_models, values_of
 from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
@@ -57,9 +58,13 @@ def _fence(prefix: str = "fence_") -> ColumnElement[bool]:
 # Prebuilt statements for the append hot path: built once, compiled once, bound per call.
 _INSERT_ENTRY = live.insert()
 _TOUCH = update(sessions).where(_fence()).values(updated_at=bindparam("touched_at"))
+# ``total_tokens`` must stay a 64-bit integer: SQLite would silently turn an overflowing sum
+# into a REAL, Postgres raise "bigint out of range". The fence therefore also requires room
+# for the delta (``tokens_ceiling`` = INT64_MAX - delta, computed in Python); a refused
+# fence is told apart from a stale one only on that (rare) path, see _refuse_overflow.
 _TOUCH_WITH_TOKENS = (
     update(sessions)
-    .where(_fence())
+    .where(_fence() & (sessions.c.total_tokens <= bindparam("tokens_ceiling")))
     .values(
         updated_at=bindparam("touched_at"),
         total_tokens=sessions.c.total_tokens + bindparam("token_delta"),
@@ -138,18 +143,46 @@ def append_and_touch(
     params = _fence_params(entry, expected_epoch)
     params["touched_at"] = now
     if token_delta:
+        if (
+            isinstance(token_delta, bool)
+            or not isinstance(token_delta, int)
+            or not 0 < token_delta <= INT64_MAX
+        ):
+            raise InvalidInputError(
+                f"token_delta must be an integer from 0 to {INT64_MAX}; nothing was written"
+            )
         params["token_delta"] = token_delta
+        params["tokens_ceiling"] = INT64_MAX - token_delta
     if conn.dialect.name == "postgresql":
         params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
         stmt = _PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND
         value = conn.execute(stmt, params).scalar_one_or_none()
+        if value is None and token_delta:
+            _refuse_overflow(conn, params, token_delta)
         return int(value) if value is not None else None
     touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
     if not conn.execute(touch, params).rowcount:
+        if token_delta:
+            _refuse_overflow(conn, params, token_delta)
         return None
     key = conn.execute(_INSERT_ENTRY, values_of(entry, live)).inserted_primary_key
     assert key is not None
     return int(key[0])
+
+
+def _refuse_overflow(conn: Connection, params: dict[str, Any], token_delta: int) -> None:
+    """After a refused fenced touch: raise when the generation is there but its
+    ``total_tokens`` has no room for ``token_delta``; return when the fence was stale."""
+    total = conn.execute(
+        select(sessions.c.total_tokens).where(_fence()),
+        {name: params[name] for name in ("fence_key", "fence_epoch", "fence_session_id")},
+    ).scalar_one_or_none()
+    if total is None:
+        return
+    raise InvalidInputError(
+        f"appending {token_delta} tokens would take total_tokens of {params['fence_key']} "
+        f"({total}) past {INT64_MAX}, the largest value it can hold; nothing was written"
+    )
 
 
 async def list_live(
@@ -213,14 +246,20 @@ async def find_canonical_position(
 async def token_sum_before(
     conn: AsyncConnection, session_id: str, position: tuple[int, int] | None
 ) -> int:
-    """Sum of ``token_count`` over canonical rows before ``position`` (live rows if None)."""
+    """Sum of ``token_count`` over canonical rows before ``position`` (live rows if None).
+
+    SQLite's ``sum()`` raises "integer overflow" past 64 bits (Postgres sums ``bigint`` as
+    ``numeric``); ``total()`` is its float sum, exact below 2**53 and never failing, which
+    is all a budget comparison needs.
+    """
+    add = func.total if conn.dialect.name == "sqlite" else func.sum
     if position is None:
-        query = select(func.coalesce(func.sum(live.c.token_count), 0)).where(
+        query = select(func.coalesce(add(live.c.token_count), 0)).where(
             live.c.session_id == session_id
         )
     else:
         merged = canonical_query(session_id, conn.dialect.name)
-        query = select(func.coalesce(func.sum(merged.c.token_count), 0)).where(
+        query = select(func.coalesce(add(merged.c.token_count), 0)).where(
             tuple_(merged.c.created_at, merged.c.id) < tuple_(*position)
         )
     return int((await conn.execute(query)).scalar_one())

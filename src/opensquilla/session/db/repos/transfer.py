@@ -144,3 +144,43 @@ def _advance_statement(table_names: tuple[str, ...]) -> Select[Any]:
         floor = func.coalesce(func.pg_sequence_last_value(sequence), 0)
         calls.append(func.setval(sequence, func.greatest(highest, floor)))
     return select(*calls)
+
+
+# Ids per statement in the look-ups below: well under both drivers' parameter limits.
+_LOOKUP_CHUNK = 2000
+
+
+def _chunks(values: Sequence[Any]) -> Iterable[list[Any]]:
+    for start in range(0, len(values), _LOOKUP_CHUNK):
+        yield list(values[start : start + _LOOKUP_CHUNK])
+
+
+async def ids_in_use(conn: AsyncConnection, table_name: str, ids: Sequence[int]) -> dict[int, str]:
+    """Which of these ids ``table_name`` (a child table) already holds, each with the key
+    its row is stored under. An index probe per id (the primary key)."""
+    table = TABLES[table_name]
+    found: dict[int, str] = {}
+    for chunk in _chunks(sorted(set(ids))):
+        query = select(table.c.id, table.c.session_key).where(table.c.id.in_(chunk))
+        for row in await conn.execute(query):
+            found[int(row.id)] = str(row.session_key)
+    return found
+
+
+async def generation_holders(
+    conn: AsyncConnection, session_ids: Sequence[str]
+) -> dict[str, set[str]]:
+    """For each of these session ids that is in use: the keys holding it, as the current
+    generation of a session or on rows stored under a key (every table has an index on
+    ``session_id``, since the unique constraint on ``sessions`` has one too)."""
+    holders: dict[str, set[str]] = {}
+    for chunk in _chunks(sorted(set(session_ids))):
+        for table in TABLES.values():
+            query = (
+                select(table.c.session_id, table.c.session_key)
+                .where(table.c.session_id.in_(chunk))
+                .distinct()
+            )
+            for row in await conn.execute(query):
+                holders.setdefault(str(row.session_id), set()).add(str(row.session_key))
+    return holders
