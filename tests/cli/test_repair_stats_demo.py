@@ -159,7 +159,7 @@ def test_python_dash_m_and_the_env_dsn(database: str) -> None:
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=300,  # a hang guard: a loaded machine needs seconds, not minutes
         check=False,
     )
     assert result.returncode == 0, result.stderr

@@ -15,7 +15,7 @@ from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.compaction.fallback import fallback_chunk_summary
 
 KEY = "agent:main:race"
-WAIT = 10.0
+WAIT = 120.0  # a hang guard: every wait below is for an event the other side must set
 
 
 @pytest.fixture
@@ -133,19 +133,33 @@ async def test_append_during_summary_makes_the_compaction_stale(
 
 
 async def test_appends_racing_compactions_lose_nothing(managers: list[SessionManager]) -> None:
-    """A stream of appends from one storage while another keeps compacting."""
+    """A stream of appends from one storage while another keeps compacting.
+
+    Two points of the race are forced, the rest runs freely: the writer starts only once
+    the first compaction is summarising, and that compaction waits for the first append
+    (so it must be refused as stale); halfway the writer waits until some compaction has
+    committed (so the later appends land on a rewritten transcript)."""
     compactor, writer, reader = managers
     appended = await seed(compactor, 10)
-    done = asyncio.Event()
+    first_summarising, first_landed = asyncio.Event(), asyncio.Event()
+    committed, done = asyncio.Event(), asyncio.Event()
+
+    async def held_until_overtaken() -> None:
+        first_summarising.set()
+        await asyncio.wait_for(first_landed.wait(), WAIT)
 
     async def yield_a_little() -> None:
         await asyncio.sleep(0.005)
 
     async def keep_appending() -> None:
         try:
+            await asyncio.wait_for(first_summarising.wait(), WAIT)
             for index in range(15):
+                if index == 8:
+                    await asyncio.wait_for(committed.wait(), WAIT)
                 entry = await writer.append_message(KEY, "user", f"live {index}", token_count=150)
                 appended.append(entry.message_id)
+                first_landed.set()
                 await asyncio.sleep(0)
         finally:
             done.set()
@@ -153,20 +167,23 @@ async def test_appends_racing_compactions_lose_nothing(managers: list[SessionMan
     async def keep_compacting() -> list[str | None]:
         reasons = []
         while not done.is_set():
+            hook = yield_a_little if reasons else held_until_overtaken
             result = await compactor.compact_with_result(
-                KEY, 1000, summarizer=HookedSummarizer(yield_a_little)
+                KEY, 1000, summarizer=HookedSummarizer(hook)
             )
             reasons.append(result.skip_reason)
+            if result.skip_reason is None and result.removed_count > 0:
+                committed.set()
         return reasons
 
     _, reasons = await asyncio.gather(keep_appending(), keep_compacting())
     settled = await compactor.compact_with_result(KEY, 1000)  # no writer left to race
 
-    assert reasons
-    reasons.append(settled.skip_reason)
-    # At least one compaction committed (during the race, or once it was over), so the
-    # assertions below check a rewritten transcript, not an untouched one.
+    assert reasons[0] == "stale_preimage", "the compaction overtaken mid-summary committed"
+    # A compaction committed while the writer was still at it, so the assertions below
+    # check a transcript rewritten under the writer's feet, not an untouched one.
     assert any(reason is None for reason in reasons), reasons
+    reasons.append(settled.skip_reason)
     canonical = await reader.get_canonical_transcript(KEY)
     assert [e.message_id for e in canonical] == appended
     live = await reader.get_transcript(KEY)

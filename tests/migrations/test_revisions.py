@@ -204,7 +204,7 @@ def _alembic(*args: str, dsn_env: str | None) -> subprocess.CompletedProcess[str
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,  # a hang guard: a loaded machine needs seconds, not minutes
         check=False,
     )
 
@@ -301,12 +301,27 @@ async def test_unknown_newer_revision_is_refused(database: str) -> None:
         await probe.dispose()
 
 
-async def test_concurrent_first_connects_migrate_once(empty_database: str) -> None:
+async def test_concurrent_first_connects_migrate_once(
+    empty_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Several workers starting at once on a new database all come up; the schema is built
-    once (the migration lock serialises them)."""
+    once (the migration lock serialises them). The overlap is forced: every worker finds
+    the schema missing and waits at a barrier before it goes for the migration lock."""
     storages = [SessionStorage(empty_database) for _ in range(4)]
+    all_found_it_missing = asyncio.Barrier(len(storages))
+    real_upgrade = migrate.upgrade
+    upgrades = 0
+
+    async def contended_upgrade(engine: Any, revision: str = "head") -> None:
+        nonlocal upgrades
+        upgrades += 1
+        await asyncio.wait_for(all_found_it_missing.wait(), 120)  # a hang guard
+        await real_upgrade(engine, revision)
+
+    monkeypatch.setattr(migrate, "upgrade", contended_upgrade)
     try:
         await asyncio.gather(*(s.connect() for s in storages))
+        assert upgrades == len(storages)
         assert await _version_rows(storages[0].engine) == sorted(migrate.head_revisions())
         assert (await migrate.check(storages[0].engine)).drift == ()
     finally:

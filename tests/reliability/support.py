@@ -7,7 +7,6 @@ import asyncio
 import functools
 import json
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -19,12 +18,11 @@ from sqlalchemy.engine import make_url
 
 from opensquilla.session import SessionStorage
 
-PROCESS_TIMEOUT = 150.0
-
-
-def start_soon(seconds: float = 0.6) -> float:
-    """A ``start_at`` for workers: far enough ahead for every task to be picked up."""
-    return time.time() + seconds
+# Hang guards only, never a way to make things overlap: a worker waiting for another side
+# of a race gives up (and reports it) after HANG_GUARD; the parent gives up on the workers
+# after PROCESS_TIMEOUT, later, so that it normally sees their reports.
+HANG_GUARD = 120.0
+PROCESS_TIMEOUT = 300.0
 
 
 async def in_processes(
@@ -151,5 +149,7 @@ def archive_documents(directory: Path) -> list[dict[str, Any]]:
 
 
 def overlapping(spans: Sequence[tuple[float, float]]) -> bool:
-    """Whether every span overlaps every other (the latest start precedes the earliest end)."""
+    """Whether every span overlaps every other (the latest start precedes the earliest end).
+
+    Spans are ``time.monotonic()`` values, which one machine's processes share."""
     return max(start for start, _ in spans) < min(end for _, end in spans)

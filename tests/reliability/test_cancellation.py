@@ -38,7 +38,7 @@ from .scenarios import (
     frozen_clock_and_ids,
     listening,
 )
-from .support import admin_dsn, database_name, is_postgres_target
+from .support import HANG_GUARD, admin_dsn, database_name, is_postgres_target
 
 CANCELLED = (
     "append",
@@ -52,14 +52,17 @@ CANCELLED = (
     "update",
     "finish",
 )
-SETTLE = 0.02
+# How long a condition that must come true (a connection handed back by a clean-up the
+# cancellation left running, a file removed by a worker thread) may take before it counts
+# as never: a hang guard, far above what a loaded machine needs.
+EVENTUALLY = 60.0
 
 
 def _archive_files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], seconds: float = 2.0) -> bool:
+async def _eventually(check: Callable[[], Awaitable[bool]], seconds: float = EVENTUALLY) -> bool:
     deadline = time.monotonic() + seconds
     while True:
         if await check():
@@ -177,7 +180,15 @@ class Run:
                 except asyncio.CancelledError:
                     outcome = "cancelled"
 
-            await asyncio.sleep(SETTLE)
+            # First the clean-up the cancellation left running (SQLAlchemy closes a
+            # connection under a shield) must be over: nothing is then in flight that could
+            # still change the tables after they are compared.
+            assert await _eventually(
+                lambda: asyncio.sleep(0, storage.engine.pool.checkedout() == 0)
+            ), f"{where}: {storage.engine.pool.checkedout()} connection(s) left checked out"
+            assert await _eventually(lambda: _no_transaction_left_open(target)), (
+                f"{where}: a transaction was left open"
+            )
             state = await comparable_snapshot(storage, mask_message_ids=mask)
             assert state in (before, after), f"{where}: a half-applied change"
             if outcome == "finished":
@@ -186,12 +197,6 @@ class Run:
             else:
                 result = "whole" if state == after else "undone"
 
-            assert await _eventually(
-                lambda: asyncio.sleep(0, storage.engine.pool.checkedout() == 0)
-            ), f"{where}: {storage.engine.pool.checkedout()} connection(s) left checked out"
-            assert await _eventually(lambda: _no_transaction_left_open(target)), (
-                f"{where}: a transaction was left open"
-            )
             if self.name == "reset":
                 expected = reference_files if state == after else []
                 assert await _eventually(
@@ -278,19 +283,24 @@ async def test_a_reset_cancelled_while_its_archive_is_written_leaves_no_file(
     await manager.append_message(KEY, "user", "to be archived")
     before = await table_snapshot(storage)
     real_stage_file = archive_module.stage_file
-    written = threading.Event()
+    written, released = threading.Event(), threading.Event()
 
-    def slow_stage_file(directory: Path, name: str, data: bytes) -> Any:
+    def blocked_stage_file(directory: Path, name: str, data: bytes) -> Any:
         staged = real_stage_file(directory, name, data)
         written.set()
-        time.sleep(0.2)  # still busy when the reset is cancelled
+        # Still busy when the reset is cancelled: the test lets it go only afterwards.
+        if not released.wait(HANG_GUARD):
+            raise TimeoutError("the test never released the archive writer")
         return staged
 
-    monkeypatch.setattr(archive_module, "stage_file", slow_stage_file)
+    monkeypatch.setattr(archive_module, "stage_file", blocked_stage_file)
     task = asyncio.create_task(manager.apply_intent(KEY, SessionIntent.RESET_SAME_KEY))
-    assert await asyncio.to_thread(written.wait, 10)
-    assert _archive_files(_archive_dir), "the temporary archive should exist by now"
-    task.cancel()
+    try:
+        assert await asyncio.to_thread(written.wait, HANG_GUARD)
+        assert _archive_files(_archive_dir), "the temporary archive should exist by now"
+        task.cancel()  # the task stops waiting for the thread at once; the thread goes on
+    finally:
+        released.set()
     with pytest.raises(asyncio.CancelledError):
         await task
 

@@ -8,6 +8,7 @@ import asyncio
 import multiprocessing
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.errors import DatabaseError
 
 from . import workers
-from .support import admin_dsn, database_name, raw_rows
+from .support import HANG_GUARD, admin_dsn, database_name, raw_rows
 
 KEY = "agent:main:survivor"
 KILLED_KEY = "agent:main:never-committed"
@@ -42,7 +43,7 @@ async def test_a_writer_killed_inside_its_transaction_leaves_no_trace(database: 
     )
     child.start()
     try:
-        status, detail = await asyncio.to_thread(ready.get, True, 120)
+        status, detail = await asyncio.to_thread(ready.get, True, HANG_GUARD)
         assert status == "ready", detail
         assert detail == child.pid
         # While it holds the transaction, nobody else sees its rows.
@@ -52,7 +53,7 @@ async def test_a_writer_killed_inside_its_transaction_leaves_no_trace(database: 
             wal = Path(database + "-wal")
             assert wal.stat().st_size > 1_000_000, "the uncommitted pages never reached the WAL"
         os.kill(child.pid, signal.SIGKILL)
-        await asyncio.to_thread(child.join, 30)
+        await asyncio.to_thread(child.join, HANG_GUARD)
     finally:
         if child.is_alive():
             child.kill()
@@ -69,8 +70,9 @@ async def test_a_writer_killed_inside_its_transaction_leaves_no_trace(database: 
         assert [e.content for e in await manager.get_transcript(KEY)] == [
             f"committed {n}" for n in range(5)
         ]
-        # The killed writer's locks are gone: the same key can be written right away.
-        await asyncio.wait_for(manager.create(KILLED_KEY), 20)
+        # The killed writer's locks are gone: the same key can be written (the timeout is a
+        # hang guard; a lock that outlived its process would block this for good).
+        await asyncio.wait_for(manager.create(KILLED_KEY), HANG_GUARD)
         await manager.append_message(KILLED_KEY, "user", "written after the crash")
         node = await manager.get_session(KEY)
         assert node is not None and node.total_tokens == 10
@@ -91,7 +93,7 @@ async def _backend_pids(target: str) -> set[int]:
 
 async def _terminate_all(target: str) -> set[int]:
     """``pg_terminate_backend`` every connection to ``target``'s database; waits until the
-    server has let them go."""
+    server has let them go (polled, with ``HANG_GUARD`` as the limit)."""
     pids = await _backend_pids(target)
     conn = await asyncpg.connect(admin_dsn(target))
     try:
@@ -99,11 +101,13 @@ async def _terminate_all(target: str) -> set[int]:
             assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
     finally:
         await conn.close()
-    for _ in range(100):
-        if not pids & await _backend_pids(target):
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
+        remaining = pids & await _backend_pids(target)
+        if not remaining or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)
-    assert not pids & await _backend_pids(target)
+    assert not remaining, f"the server kept {remaining} after pg_terminate_backend"
     return pids
 
 

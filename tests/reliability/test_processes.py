@@ -2,8 +2,10 @@
 
 Each worker process (``workers.py``, started with ``spawn``) has its own storage, engine
 and pool, and reports what it believes it did; the test then checks the database against
-those reports. Races are started together (``start_at``) and every test checks that they
-really overlapped, so a passing run is not a serial run in disguise.
+those reports. The overlap each race claims is forced, never hoped for: workers meet at
+barriers and wait for events (``sync_manager``) or for the other side's progress to show
+in the database, and every test still checks that the race really happened, so a passing
+run is not a serial run in disguise, however busy the machine is.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shutil
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,6 @@ from .support import (
     orphan_rows,
     overlapping,
     raw_rows,
-    start_soon,
     token_mismatches,
 )
 
@@ -59,18 +61,27 @@ def _no_errors(results: list[dict[str, Any]]) -> None:
 
 
 async def test_appends_from_four_processes_are_all_kept_exactly_once(
-    spawn_pool: ProcessPoolExecutor, database: str, manager: SessionManager
+    spawn_pool: ProcessPoolExecutor,
+    sync_manager: SyncManager,
+    database: str,
+    manager: SessionManager,
 ) -> None:
     """4 processes x 50 appends to one session: every message once, each writer's order
-    kept, the token total exact (no lost increment), and the writers interleaved."""
-    writers, per_writer = 4, 50
+    kept, the token total exact (no lost increment), and the writers interleaved.
+
+    The writers meet at a barrier before every tenth append: each of the 5 rounds starts
+    with all 4 appending at once, and none starts before all have committed the last one,
+    so every round's 40 rows hold all 4 writers (at least 3 switches per round)."""
+    writers, per_writer, every = 4, 50, 10
+    rounds = per_writer // every
     await manager.create(KEY)
-    start_at = start_soon()
+    round_start = sync_manager.Barrier(writers)
+    gates = {n: [round_start] for n in range(0, per_writer, every)}
 
     results = await in_processes(
         spawn_pool,
         [
-            (workers.append_writer, (database, KEY, index, per_writer, start_at))
+            (workers.append_writer, (database, KEY, index, per_writer, gates))
             for index in range(writers)
         ],
     )
@@ -90,37 +101,47 @@ async def test_appends_from_four_processes_are_all_kept_exactly_once(
         own = [c for c in contents if c.startswith(f"w{index}-")]
         assert own == [f"w{index}-{n:03d}" for n in range(per_writer)]
     switches = sum(1 for a, b in itertools.pairwise(contents) if a[:2] != b[:2])
-    assert switches >= writers, "the writers never interleaved: the race did not happen"
+    assert switches >= (writers - 1) * rounds, (
+        f"only {switches} switches between writers: the rounds did not interleave"
+    )
     node = await manager.get_session(KEY)
     assert node is not None
     assert node.total_tokens == per_writer * sum(range(1, writers + 1))
 
 
 async def test_get_or_create_from_four_processes_has_one_creator_per_key(
-    spawn_pool: ProcessPoolExecutor, database: str, storage: SessionStorage
+    spawn_pool: ProcessPoolExecutor,
+    sync_manager: SyncManager,
+    database: str,
+    storage: SessionStorage,
 ) -> None:
-    """4 processes call ``get_or_create`` on the same key at the same moment, for 20 keys:
-    one row per key, exactly one ``created=True`` for each, every caller gets that row,
-    nobody errors."""
+    """4 processes call ``get_or_create`` on the same key at the same moment (a barrier per
+    key), for 20 keys: one row per key, exactly one ``created=True`` for each, every caller
+    gets that row, nobody errors. For every other key the processes also meet just before
+    their insert, having all read "no such row": all 4 inserts race, and 3 must lose."""
+    callers = 4
     keys = [f"agent:main:goc-{n:02d}" for n in range(20)]
-    start_at = start_soon()
+    colliding = keys[::2]
+    start, collide = sync_manager.Barrier(callers), sync_manager.Barrier(callers)
 
     results = await in_processes(
         spawn_pool,
-        [(workers.get_or_create_caller, (database, keys, start_at, 0.04)) for _ in range(4)],
+        [
+            (workers.get_or_create_caller, (database, keys, start, collide, colliding))
+            for _ in range(callers)
+        ],
     )
 
     _no_errors(results)
     assert await storage.count_sessions() == len(keys)
-    raced = 0
     for key in keys:
         assert sum(result["created"][key] for result in results) == 1, key
         row = await storage.get_session(key)
         assert row is not None
         assert {result["session_ids"][key] for result in results} == {row.session_id}
-        if sum(result["attempts"].get(key, 0) for result in results) > 1:
-            raced += 1
-    assert raced > 0, "no key saw two processes try to insert it: nothing raced"
+    for key in colliding:
+        attempts = sum(result["attempts"].get(key, 0) for result in results)
+        assert attempts == callers, f"{key}: {attempts} inserts raced, not {callers}"
 
 
 # -- appends racing resets -----------------------------------------------------------------
@@ -131,16 +152,20 @@ async def test_appends_racing_resets_land_in_their_generation_or_are_refused(
 ) -> None:
     """3 processes append while a 4th resets the key 5 times. Each append is either
     refused as stale (and is nowhere) or is found exactly once: in the live transcript if
-    it landed in the current generation, else in the reset archive of its generation."""
+    it landed in the current generation, else in the reset archive of its generation.
+
+    Each reset waits until every appender has landed 2 messages in the current generation
+    (seen in the database), while they go on appending; append ``n`` waits for reset
+    ``n // 8``, so the appends cannot be over before the resets are, and every generation
+    a reset retires has appends from every appender."""
     archive_dir = tmp_path / "race-archives"
     first = await manager.create(KEY)
-    start_at = start_soon()
 
     *appenders, reset = await in_processes(
         spawn_pool,
         [
-            *((workers.fenced_appender, (database, KEY, n, 40, 0.01, start_at)) for n in range(3)),
-            (workers.resetter, (database, KEY, 5, 0.12, start_at, str(archive_dir))),
+            *((workers.fenced_appender, (database, KEY, n, 40, 8)) for n in range(3)),
+            (workers.resetter, (database, KEY, 5, 3, 2, str(archive_dir))),
         ],
     )
 
@@ -173,30 +198,43 @@ async def test_appends_racing_resets_land_in_their_generation_or_are_refused(
         assert contents_found[outcome["content"]] == expected, outcome
     assert sum(where.values()) == len(landed), "something no writer acknowledged was stored"
     generations = {o["session_id"] for o in landed}
-    assert len(generations) >= 2, "no append landed on both sides of a reset"
+    assert set(retired) <= generations, "a generation got no appends: the race did not happen"
 
 
 # -- compaction ----------------------------------------------------------------------------
 
 
 async def test_appends_racing_compactions_lose_nothing(
-    spawn_pool: ProcessPoolExecutor, database: str, manager: SessionManager
+    spawn_pool: ProcessPoolExecutor,
+    sync_manager: SyncManager,
+    database: str,
+    manager: SessionManager,
 ) -> None:
-    """2 processes append while 2 others compact the same session with a slow summariser.
-    The canonical transcript keeps every message once, in each writer's order; exactly the
-    compactions that reported a commit left a summary; some were refused as stale."""
+    """2 processes append while 2 others keep compacting the same session. The canonical
+    transcript keeps every message once, in each writer's order; exactly the compactions
+    that reported a commit left a summary; some were refused as stale.
+
+    Each compactor's first summary is held until an append lands after its read (so it
+    must be refused as stale), and the writers wait for both holds before their second
+    half; the compactors go on until the writers are done, then compact once more, so
+    some compaction commits."""
     await manager.create(KEY)
     seeded = [f"seed-{n:02d}" for n in range(10)]
     for content in seeded:
         await manager.append_message(KEY, "user", content, token_count=100)
-    start_at = start_soon()
+    summarising = [sync_manager.Event() for _ in range(2)]
+    finished = [sync_manager.Event() for _ in range(2)]
+    gates = {20: summarising}
 
     results = await in_processes(
         spawn_pool,
         [
-            *((workers.append_writer, (database, KEY, n, 40, start_at, 100)) for n in range(2)),
             *(
-                (workers.compactor, (database, KEY, n, 6, 1500, 0.02, 0.05, start_at, 20))
+                (workers.append_writer, (database, KEY, n, 40, gates, 100, finished[n]))
+                for n in range(2)
+            ),
+            *(
+                (workers.racing_compactor, (database, KEY, n, 1500, summarising, finished, 0.01))
                 for n in range(2)
             ),
         ],
@@ -218,8 +256,10 @@ async def test_appends_racing_compactions_lose_nothing(
     ids = [summary.compaction_id for summary in summaries]
     assert sorted(ids) == sorted(committed)
     assert committed, "no compaction ever committed"
-    assert any(item["skip_reason"] == "stale_preimage" for item in attempts), (
-        "no compaction was overtaken by a write: the race did not happen"
+    held = [item for item in attempts if item["held"]]
+    assert len(held) == 2, "a compactor was never held mid-summary: the race did not happen"
+    assert [item["skip_reason"] for item in held] == ["stale_preimage"] * 2, (
+        f"a compaction overtaken by an append was not refused: {held}"
     )
     node = await manager.get_session(KEY)
     assert node is not None and node.compaction_count == len(committed)
@@ -227,19 +267,26 @@ async def test_appends_racing_compactions_lose_nothing(
 
 
 async def test_two_compactions_in_two_processes_commit_once(
-    spawn_pool: ProcessPoolExecutor, database: str, manager: SessionManager
+    spawn_pool: ProcessPoolExecutor,
+    sync_manager: SyncManager,
+    database: str,
+    manager: SessionManager,
 ) -> None:
-    """Both read the same transcript and summarise at the same time: one commits, the
-    other finds the transcript changed and writes nothing."""
+    """Both read the same transcript and summarise at the same time (they meet at a barrier
+    inside the summariser): one commits, the other finds the transcript changed and
+    writes nothing."""
     await manager.create(KEY)
     seeded = [f"seed-{n:02d}" for n in range(12)]
     for content in seeded:
         await manager.append_message(KEY, "user", content, token_count=100)
-    start_at = start_soon()
+    both_summarising = sync_manager.Barrier(2)
 
     results = await in_processes(
         spawn_pool,
-        [(workers.compactor, (database, KEY, n, 1, 1000, 0.15, 0.0, start_at)) for n in range(2)],
+        [
+            (workers.rendezvous_compactor, (database, KEY, n, 1000, both_summarising))
+            for n in range(2)
+        ],
     )
 
     _no_errors(results)
@@ -256,35 +303,45 @@ async def test_two_compactions_in_two_processes_commit_once(
 
 
 async def test_retention_racing_writers_removes_whole_sessions_only(
-    spawn_pool: ProcessPoolExecutor, database: str, storage: SessionStorage, tmp_path: Path
+    spawn_pool: ProcessPoolExecutor,
+    sync_manager: SyncManager,
+    database: str,
+    storage: SessionStorage,
 ) -> None:
-    """3 processes create, append to and fork sessions while a 4th caps and prunes until
+    """3 processes create, append to and fork sessions while a 4th prunes and caps until
     they are done. Afterwards no row belongs to a deleted session, and every surviving
-    session holds every row it was acknowledged to have (a fork holds its whole copy)."""
-    flags = [str(tmp_path / f"writer-{n}.done") for n in range(3)]
-    start_at = start_soon()
+    session holds every row it was acknowledged to have (a fork holds its whole copy).
+
+    Retention starts once the database shows that every writer has forked 2 sessions;
+    the writers go on until both pruning and capping have deleted something and each has
+    then written one more session: every deletion race happens while all of them write."""
+    writers_count, prefix = 3, "agent:main:churn"
+    deleted = sync_manager.Event()
+    finished = [sync_manager.Event() for _ in range(writers_count)]
 
     *writers, retention = await in_processes(
         spawn_pool,
         [
             *(
-                (
-                    workers.churn_writer,
-                    (database, "agent:main:churn", n, 8, 6, start_at, flags[n]),
-                )
-                for n in range(3)
+                (workers.churn_writer, (database, prefix, n, 8, 6, deleted, finished[n]))
+                for n in range(writers_count)
             ),
-            (workers.retention_runner, (database, flags, 6, 150, 0.04, start_at)),
+            (
+                workers.retention_runner,
+                (database, prefix, writers_count, 2, 6, deleted, finished, 0.01),
+            ),
         ],
     )
 
     _no_errors([*writers, retention])
-    assert retention["capped"] + retention["pruned"] > 0, "retention never deleted anything"
-    first = min(w["first"] for w in writers)
-    last = max(w["last"] for w in writers)
-    assert any(first <= t <= last for t in retention["deletion_times"]), (
-        "no deletion happened while the writers were writing"
-    )
+    assert retention["pruned"] > 0, "pruning never deleted anything"
+    assert retention["capped"] > 0, "capping never deleted anything"
+    first_deletion = min(retention["deletion_times"])
+    for writer in writers:
+        assert writer["first"] < first_deletion < writer["last"], (
+            "a deletion did not happen while every writer was writing"
+        )
+        assert writer["written_after_deletion"] >= 1
 
     assert await orphan_rows(storage) == {}
     assert await token_mismatches(storage) == []
@@ -295,6 +352,8 @@ async def test_retention_racing_writers_removes_whole_sessions_only(
             expected.setdefault((ack["key"], ack["session_id"]), []).append(ack["content"])
         for fork in writer["forks"]:
             expected[fork["key"], fork["session_id"]] = fork["contents"]
+    # The newest session at least survives: capping keeps it, and it was touched after the
+    # prune cut-off (each writer's last session started after the first deletion).
     survivors = 0
     for (key, session_id), contents in expected.items():
         row = await storage.get_session(key)
@@ -319,16 +378,22 @@ async def _assert_at_head_once(target: str) -> None:
     assert [v for (v,) in versions] == list(migrate.head_revisions())
 
 
-async def test_four_processes_connecting_to_an_empty_database_migrate_once(
-    spawn_pool: ProcessPoolExecutor, empty_database: str
-) -> None:
-    start_at = start_soon()
+def _connecting(target: str, sync_manager: SyncManager, processes: int = 4) -> list[Any]:
+    """``connect_worker`` calls that start together and that all find the schema behind
+    before any of them migrates (they meet just before taking the migration lock)."""
+    start, contend = sync_manager.Barrier(processes), sync_manager.Barrier(processes)
+    return [(workers.connect_worker, (target, start, contend)) for _ in range(processes)]
 
-    results = await in_processes(
-        spawn_pool, [(workers.connect_worker, (empty_database, start_at)) for _ in range(4)]
-    )
+
+async def test_four_processes_connecting_to_an_empty_database_migrate_once(
+    spawn_pool: ProcessPoolExecutor, sync_manager: SyncManager, empty_database: str
+) -> None:
+    """All four find the database empty and go for the migration lock together: one
+    migrates, the others wait for it and find the schema at head."""
+    results = await in_processes(spawn_pool, _connecting(empty_database, sync_manager))
 
     assert [r["error"] for r in results] == [None] * 4
+    assert [r["upgrades"] for r in results] == [1] * 4
     assert overlapping([(r["began"], r["ended"]) for r in results])
     assert len(_migrators(results)) == 1, [r["schema_statements"][:3] for r in results]
     await _assert_at_head_once(empty_database)
@@ -405,10 +470,15 @@ async def _legacy_database(backend: Any, empty_database: str, tmp_path: Path) ->
 
 
 async def test_four_processes_connecting_to_a_legacy_database_adopt_it_once(
-    spawn_pool: ProcessPoolExecutor, backend: Any, empty_database: str, tmp_path: Path
+    spawn_pool: ProcessPoolExecutor,
+    sync_manager: SyncManager,
+    backend: Any,
+    empty_database: str,
+    tmp_path: Path,
 ) -> None:
-    """Workers starting at once on a database the older store wrote: one adopts it, the
-    others wait and find it at head; no row, trigger or foreign table is lost."""
+    """Workers starting at once on a database the older store wrote, all going for the
+    migration lock together: one adopts it, the others wait and find it at head; no row,
+    trigger or foreign table is lost."""
     target = await _legacy_database(backend, empty_database, tmp_path)
     if backend.is_postgres:
         counts = {"sessions": 5, "transcript_entries": 20, "agent_tasks": 1}
@@ -419,13 +489,11 @@ async def test_four_processes_connecting_to_a_legacy_database_adopt_it_once(
             target, "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
         )
         assert triggers, "the legacy fixture should carry triggers"
-    start_at = start_soon()
 
-    results = await in_processes(
-        spawn_pool, [(workers.connect_worker, (target, start_at)) for _ in range(4)]
-    )
+    results = await in_processes(spawn_pool, _connecting(target, sync_manager))
 
     assert [r["error"] for r in results] == [None] * 4
+    assert [r["upgrades"] for r in results] == [1] * 4
     assert overlapping([(r["began"], r["ended"]) for r in results])
     assert len(_migrators(results)) == 1
     await _assert_at_head_once(target)
@@ -450,22 +518,30 @@ async def test_four_processes_connecting_to_a_legacy_database_adopt_it_once(
 
 
 async def test_busy_writers_in_four_processes_never_see_a_lock_error(
-    spawn_pool: ProcessPoolExecutor, database: str, storage: SessionStorage
+    spawn_pool: ProcessPoolExecutor,
+    sync_manager: SyncManager,
+    database: str,
+    storage: SessionStorage,
 ) -> None:
     """4 processes x 4 coroutines of short write transactions (appends, updates, states,
     forks, finishes) plus reads: on SQLite every writer waits its turn instead of failing
-    with "database is locked"; on both backends nothing errors and nothing is lost."""
+    with "database is locked"; on both backends nothing errors and nothing is lost. The
+    processes start together and all 16 coroutines meet halfway, so all are busy at once."""
     processes, tasks, rounds = 4, 4, 8
-    start_at = start_soon()
+    start, middle = sync_manager.Barrier(processes), sync_manager.Barrier(processes * tasks)
 
     results = await in_processes(
         spawn_pool,
-        [(workers.mixed_load, (database, n, tasks, rounds, start_at)) for n in range(processes)],
+        [
+            (workers.mixed_load, (database, n, tasks, rounds, start, middle))
+            for n in range(processes)
+        ],
     )
 
     errors = [error for r in results for error in r["errors"]]
     assert not [e for e in errors if "locked" in e.lower() or "busy" in e.lower()], errors
     assert errors == []
+    assert overlapping([(r["first"], r["last"]) for r in results])
     assert await storage.count_sessions() == processes * tasks * 2
     assert await orphan_rows(storage) == {}
     manager = SessionManager(storage, inject_time_prefix=False)
