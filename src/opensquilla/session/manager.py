@@ -83,6 +83,7 @@ PROVENANCE_KEYS = (
     "source_channel",
     "source_tool",
 )
+_SETTLE_READS = 3
 _RESET_ATTEMPTS = 5
 GENERATION_CACHE_SIZE = 10_000
 
@@ -334,11 +335,18 @@ class SessionManager:
         """
         committed: bool | None = False
         if not isinstance(refused, StaleEpochError):
-            try:
-                row = await asyncio.shield(self._storage.get_session(key))
+            committed = None
+            # The first read may meet the connection the cancellation is still tearing
+            # down; a few tries, before the outcome is declared unknown.
+            for attempt in range(_SETTLE_READS):
+                try:
+                    row = await asyncio.shield(self._storage.get_session(key))
+                except Exception:
+                    log.debug("reading %s to settle its reset archive failed", key, exc_info=True)
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
                 committed = row is not None and row.session_id == renewed_id
-            except Exception:
-                committed = None
+                break
         for file in staged:
             if committed is None:
                 # Unlocked, so that the next start of the store settles it (publishes it
