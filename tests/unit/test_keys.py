@@ -136,3 +136,14 @@ def test_agent_key_prefix_uses_the_normalised_id() -> None:
     assert agent_key_prefix("Ops Team") == "agent:ops-team:"
     assert agent_key_prefix(None) == "agent:main:"
     assert canonicalize_session_key("agent:Ops Team:z").startswith(agent_key_prefix("OPS TEAM"))
+
+
+def test_a_key_that_grows_past_the_limit_when_canonical_is_refused() -> None:
+    """``İ`` lowercases to two characters, so the agent segment can lengthen; the stored
+    form must still fit the limit the index bounds rely on."""
+    raw = "agent:" + "İ" * 40 + ":" + "x" * (MAX_SESSION_KEY_LENGTH - 47)
+    assert len(raw) == MAX_SESSION_KEY_LENGTH
+    with pytest.raises(InvalidSessionKeyError, match="once canonical"):
+        canonicalize_session_key(raw)
+    fitting = "agent:" + "İ" * 40 + ":" + "x" * (MAX_SESSION_KEY_LENGTH - 47 - 24)
+    assert len(canonicalize_session_key(fitting)) == MAX_SESSION_KEY_LENGTH

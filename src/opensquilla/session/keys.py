@@ -48,7 +48,15 @@ def canonicalize_session_key(key: str) -> str:
         raise InvalidSessionKeyError(
             "session key must not contain NUL characters or unpaired surrogates"
         )
-    return _canonical(text)
+    canonical = _canonical(text)
+    # Normalising the agent segment can lengthen it ("İ" lowercases to two characters),
+    # and the stored form is what the index bounds assume.
+    if len(canonical) > MAX_SESSION_KEY_LENGTH:
+        raise InvalidSessionKeyError(
+            f"session key is {len(canonical)} characters long once canonical; the limit is "
+            f"{MAX_SESSION_KEY_LENGTH}"
+        )
+    return canonical
 
 
 def _canonical(text: str) -> str:
