@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,3 +30,24 @@ async def table_snapshot(storage: SessionStorage) -> dict[str, list[tuple[Any, .
             rows = await conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY {key}"))
             snapshot[table] = [tuple(row) for row in rows]
     return snapshot
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DSN_ENV = "OPENSQUILLA_SESSION_DSN"
+
+
+def run_alembic(*args: str, dsn: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m alembic ARGS`` from the repository root, as an operator runs it: the DSN
+    in ``OPENSQUILLA_SESSION_DSN`` when given, otherwise the variable unset."""
+    env = {name: value for name, value in os.environ.items() if name != DSN_ENV}
+    if dsn is not None:
+        env[DSN_ENV] = dsn
+    return subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard only: a loaded machine needs seconds
+        check=False,
+    )

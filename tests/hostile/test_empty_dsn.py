@@ -8,9 +8,6 @@ An empty or blank DSN that was given is one clear error, and nothing is touched.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +15,9 @@ import pytest
 from opensquilla.session import SessionStorage
 from opensquilla.session.config import resolve_dsn
 from opensquilla.session.errors import ConfigurationError
+from tests.helpers import run_alembic
 
 from ..cli.support import cli, dump_tables, run, seed_rich
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Commands that delete or rewrite, and some that only read: none may run.
 COMMANDS = [
@@ -98,19 +94,6 @@ def test_no_dsn_at_all_still_means_the_environment_then_the_default(
     assert resolve_dsn(None) == str(tmp_path / "home" / "sessions.db")
 
 
-def _alembic(*args: str, dsn_env: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPENSQUILLA_SESSION_DSN": dsn_env}
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,  # a hang guard only
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("x_argument", ["dsn=", "dsn=  "])
 async def test_alembic_with_an_empty_x_dsn_refuses_and_drops_nothing(
     database: str, x_argument: str
@@ -119,7 +102,7 @@ async def test_alembic_with_an_empty_x_dsn_refuses_and_drops_nothing(
     before = await dump_tables(database)
 
     result = await asyncio.to_thread(
-        _alembic, "-x", x_argument, "downgrade", "base", dsn_env=database
+        run_alembic, "-x", x_argument, "downgrade", "base", dsn=database
     )
 
     assert result.returncode != 0

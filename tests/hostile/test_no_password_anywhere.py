@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -23,11 +20,11 @@ from sqlalchemy.engine import make_url
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.errors import ConfigurationError, SessionStoreError
+from tests.helpers import run_alembic
 
 from ..cli.support import cli, run, seed_rich
 
 SECRET = "S3CRET-never-shown"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CLOSED = "127.0.0.1:1"  # nothing listens on port 1
 
 WELL_FORMED = [
@@ -137,22 +134,9 @@ def test_copy_names_its_endpoints_without_the_password(database: str, tmp_path: 
     assert SECRET not in result.output
 
 
-def _alembic(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENSQUILLA_SESSION_DSN"}
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,  # a hang guard only
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("dsn", [WELL_FORMED[0], MALFORMED[1], MALFORMED[0]])
 async def test_alembic_errors_show_no_password(dsn: str) -> None:
-    result = await asyncio.to_thread(_alembic, "-x", f"dsn={dsn}", "current")
+    result = await asyncio.to_thread(run_alembic, "-x", f"dsn={dsn}", "current")
     assert result.returncode != 0
     assert SECRET not in result.stdout + result.stderr
 

@@ -14,21 +14,16 @@ upgrade``, and (once) through the ``alembic`` command line, on the configured ba
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.errors import MigrationError
+from tests.helpers import run_alembic
 
 from ..cli.support import cli, run
 from .raw import raw_state, run_sql, version_rows
 from .test_legacy_adoption import LEGACY_SUMMARY_ROW, _Backend, legacy_summaries
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # For each of our names, someone else's table called that, with a row or two, and what
 # the refusal must say is missing. Plain DDL both backends accept.
@@ -174,20 +169,6 @@ async def test_hostile_column_names_do_not_break_the_one_line(
     assert "evil\\x0aname\\x1b[31m" in message
 
 
-def _alembic_upgrade(dsn: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENSQUILLA_SESSION_DSN"}
-    env["OPENSQUILLA_SESSION_DSN"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", "upgrade", "head"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 async def test_alembic_command_line_refuses_a_foreign_table_in_one_line(
     backend: _Backend, empty_database: str
 ) -> None:
@@ -195,7 +176,7 @@ async def test_alembic_command_line_refuses_a_foreign_table_in_one_line(
     await run_sql(backend, empty_database, statements)
     before = await raw_state(backend, empty_database)
 
-    done = await asyncio.to_thread(_alembic_upgrade, empty_database)
+    done = await asyncio.to_thread(run_alembic, "upgrade", "head", dsn=empty_database)
     assert done.returncode != 0
     assert "Traceback" not in done.stdout + done.stderr
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED:")]

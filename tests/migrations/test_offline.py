@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,30 +15,14 @@ import asyncpg
 
 from opensquilla.session import SessionManager, SessionStorage, migrate
 from opensquilla.session.admin import unmigrated
+from tests.helpers import run_alembic
 
 from .raw import raw_state, version_rows
 from .test_legacy_adoption import _Backend, _pg_dsn
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _alembic(*args: str, dsn: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENSQUILLA_SESSION_DSN"}
-    if dsn is not None:
-        env["OPENSQUILLA_SESSION_DSN"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
 
 async def _offline_script(target: str, *revisions: str) -> str:
-    done = await asyncio.to_thread(_alembic, "upgrade", *revisions, "--sql", dsn=target)
+    done = await asyncio.to_thread(run_alembic, "upgrade", *revisions, "--sql", dsn=target)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     return done.stdout
@@ -128,7 +109,7 @@ async def test_offline_script_from_0001_upgrades_a_deployed_database(
 
 async def test_offline_refuses_an_unusable_dsn_in_one_line(tmp_path: Path) -> None:
     done = await asyncio.to_thread(
-        _alembic, "upgrade", "head", "--sql", dsn="mysql://app:S3CRET@db/sessions"
+        run_alembic, "upgrade", "head", "--sql", dsn="mysql://app:S3CRET@db/sessions"
     )
     assert done.returncode != 0
     assert "Traceback" not in done.stdout + done.stderr

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,7 @@ from opensquilla.session import SessionManager, SessionStorage, migrate
 from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.engine import create_engine
 from opensquilla.session.errors import MigrationError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_alembic
 
 OUR_TABLES = {
     "sessions",
@@ -194,21 +191,6 @@ async def test_check_reports_real_drift(storage: SessionStorage) -> None:
     assert any("idx_transcript_session_cursor" in item for item in status.drift), status.drift
 
 
-def _alembic(*args: str, dsn_env: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENSQUILLA_SESSION_DSN"}
-    if dsn_env is not None:
-        env["OPENSQUILLA_SESSION_DSN"] = dsn_env
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,  # a hang guard: a loaded machine needs seconds, not minutes
-        check=False,
-    )
-
-
 async def _assert_at_head_and_clean(target: str) -> None:
     async with SessionStorage(target) as storage:
         assert await _version_rows(storage.engine) == sorted(migrate.head_revisions())
@@ -218,12 +200,12 @@ async def _assert_at_head_and_clean(target: str) -> None:
 
 async def test_alembic_cli_with_env_dsn(empty_database: str) -> None:
     """The deploy path: ``alembic upgrade head`` from the repository root, DSN in the env."""
-    before = await asyncio.to_thread(_alembic, "check", dsn_env=empty_database)
+    before = await asyncio.to_thread(run_alembic, "check", dsn=empty_database)
     assert before.returncode != 0, "alembic check passed on a database with no schema"
 
-    upgraded = await asyncio.to_thread(_alembic, "upgrade", "head", dsn_env=empty_database)
+    upgraded = await asyncio.to_thread(run_alembic, "upgrade", "head", dsn=empty_database)
     assert upgraded.returncode == 0, upgraded.stderr
-    checked = await asyncio.to_thread(_alembic, "check", dsn_env=empty_database)
+    checked = await asyncio.to_thread(run_alembic, "check", dsn=empty_database)
     assert checked.returncode == 0, checked.stderr
     await _assert_at_head_and_clean(empty_database)
 
@@ -241,11 +223,11 @@ async def test_alembic_cli_with_x_dsn(empty_database: str, tmp_path: Path) -> No
     decoy = tmp_path / "decoy" / "sessions.db"
     dsn = _plain_url(empty_database)
     upgraded = await asyncio.to_thread(
-        _alembic, "-x", f"dsn={dsn}", "upgrade", "head", dsn_env=str(decoy)
+        run_alembic, "-x", f"dsn={dsn}", "upgrade", "head", dsn=str(decoy)
     )
     assert upgraded.returncode == 0, upgraded.stderr
     assert not decoy.exists()
-    current = await asyncio.to_thread(_alembic, "-x", f"dsn={dsn}", "current", dsn_env=str(decoy))
+    current = await asyncio.to_thread(run_alembic, "-x", f"dsn={dsn}", "current", dsn=str(decoy))
     assert current.returncode == 0, current.stderr
     (head,) = migrate.head_revisions()
     assert head in current.stdout
