@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sqlalchemy import MetaData
-from sqlalchemy.ext.asyncio import AsyncAttrs
 from sqlalchemy.orm import DeclarativeBase
 
 NAMING_CONVENTION = {
@@ -15,5 +14,5 @@ NAMING_CONVENTION = {
 }
 
 
-class Base(AsyncAttrs, DeclarativeBase):
+class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)

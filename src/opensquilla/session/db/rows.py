@@ -22,6 +22,7 @@ from ..models import (
     _Record,
 )
 from .tables import (
+    TABLES,
     compacted_transcript_entries,
     session_context_states,
     session_summaries,
@@ -34,12 +35,16 @@ M = TypeVar("M", bound=_Record)
 
 TRANSCRIPT_COLUMNS: tuple[str, ...] = tuple(c.name for c in transcript_entries.columns)
 
+# Which model a table's rows become (keyed by the table's name, as ``tables.OUR_TABLES``).
 MODEL_FOR_TABLE: dict[str, type[_Record]] = {
-    "sessions": SessionNode,
-    "transcript_entries": TranscriptEntry,
-    "compacted_transcript_entries": CompactedTranscriptEntry,
-    "session_summaries": SessionSummary,
-    "session_context_states": SessionContextState,
+    table.name: model
+    for table, model in (
+        (sessions, SessionNode),
+        (transcript_entries, TranscriptEntry),
+        (compacted_transcript_entries, CompactedTranscriptEntry),
+        (session_summaries, SessionSummary),
+        (session_context_states, SessionContextState),
+    )
 }
 
 
@@ -53,16 +58,7 @@ def values_of(model: _Record, table: Table, *, without_id: bool = True) -> dict[
 # per non-NULL value instead of three per value in SQLAlchemy's JSON result processing);
 # on Postgres asyncpg's codec has already decoded them.
 JSON_COLUMNS = frozenset(
-    c.name
-    for table in (
-        sessions,
-        transcript_entries,
-        compacted_transcript_entries,
-        session_summaries,
-        session_context_states,
-    )
-    for c in table.columns
-    if isinstance(c.type, JSON)
+    c.name for table in TABLES for c in table.columns if isinstance(c.type, JSON)
 )
 _sqlite_loads = json_deserializer("sqlite")
 
@@ -113,30 +109,18 @@ def to_model(model: type[M], row: Row[Any], dialect_name: str) -> M:
 def to_models(model: type[M], dialect_name: str, result: Result[Any]) -> list[M]:
     """Every row of ``result`` as a model, in one pass.
 
-    This is the read hot path (a 100k-entry transcript is 100k models), so it does by hand,
-    once per row, what :meth:`_Record.from_row` does: all rows fetched at once, names looked
-    up once, JSON decoded in place, and each model assembled without validation (the
-    database typed every value) from a copy of one prebuilt fields set.
+    This is the read hot path (a 100k-entry transcript is 100k models): all rows fetched
+    at once, names looked up once, JSON decoded in place, then every model assembled by
+    :meth:`_Record.from_rows` (no validation: the database typed every value).
     """
     keys = tuple(result.keys())
-    rows = result.all()
     json_keys = _decoder(keys, dialect_name)
-    fields_set = set(keys)
-    new = object.__new__
-    setter = object.__setattr__
-    loads = _sqlite_loads
-    out: list[M] = []
-    append = out.append
-    for row in rows:
-        values = dict(zip(keys, row, strict=True))
-        for key in json_keys:
-            value = values[key]
-            if value.__class__ is str:
-                values[key] = loads(value)
-        obj = new(model)
-        setter(obj, "__dict__", values)
-        setter(obj, "__pydantic_fields_set__", fields_set.copy())
-        setter(obj, "__pydantic_extra__", None)
-        setter(obj, "__pydantic_private__", None)
-        append(obj)
-    return out
+    values = [dict(zip(keys, row, strict=True)) for row in result.all()]
+    if json_keys:
+        loads = _sqlite_loads
+        for row_values in values:
+            for key in json_keys:
+                value = row_values[key]
+                if value.__class__ is str:
+                    row_values[key] = loads(value)
+    return model.from_rows(values, keys)

@@ -1,9 +1,10 @@
 """The five tables, declared once; Alembic revisions are generated from this metadata.
 
-Column names, order and defaults are those of the older store (SEMANTICS §3), widened to
-the union of both legacy revisions (the August 2026 one adds six ``sessions`` columns and
-``turn_context`` on both transcript tables). NOT NULL columns that legacy rows may lack carry
-*server* defaults, so rows written before a column existed read back with its default.
+Column names, order and defaults are those of the older store (docs/semantics.md#tables),
+widened to the union of both legacy revisions (the August 2026 one adds six ``sessions``
+columns and ``turn_context`` on both transcript tables). NOT NULL columns that legacy rows
+may lack carry *server* defaults, so rows written before a column existed read back with
+its default.
 Index names are the legacy ones, so an adopted database and a fresh one look alike.
 
 Free text (message content, reasoning, summaries, labels) is ``LosslessText``: NUL
@@ -108,7 +109,71 @@ class SessionRow(Base):
     epoch: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
 
 
-class TranscriptRow(Base):
+# Column groups that several tables share, each declared once. Declarative places a class's
+# own columns before its mixins' unless ``sort_order`` says otherwise, so each group carries
+# its place: the owner columns first, then an archived row's origin, then the message, then
+# the table's own (``sort_order`` 0). The stable sort keeps declaration order within a group.
+_OWNER_COLUMNS = -3
+_ARCHIVE_POSITION_COLUMNS = -2
+_MESSAGE_COLUMNS = -1
+
+
+class _SessionOwnedColumns:
+    """The first columns of every table whose rows a session owns (docs/semantics.md#tables):
+    the row id (the database's) and the generation and key the row belongs to."""
+
+    id: Mapped[int] = mapped_column(
+        IntId, primary_key=True, autoincrement=True, sort_order=_OWNER_COLUMNS
+    )
+    session_id: Mapped[str] = mapped_column(Text, sort_order=_OWNER_COLUMNS)
+    session_key: Mapped[str] = mapped_column(Text, sort_order=_OWNER_COLUMNS)
+
+
+class _ArchivePositionColumns:
+    """Where an archived transcript row came from: the compaction that folded it away and
+    its id in the live table."""
+
+    compaction_id: Mapped[str | None] = mapped_column(Text, sort_order=_ARCHIVE_POSITION_COLUMNS)
+    compaction_index: Mapped[int | None] = mapped_column(
+        Integer, sort_order=_ARCHIVE_POSITION_COLUMNS
+    )
+    original_entry_id: Mapped[int | None] = mapped_column(
+        BigInteger, sort_order=_ARCHIVE_POSITION_COLUMNS
+    )
+
+
+class _MessageColumns:
+    """One message as the runtime produced it: the columns both transcript tables share
+    (the models declare them once too, in ``models/messages.py``)."""
+
+    message_id: Mapped[str] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
+    role: Mapped[str] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
+    content: Mapped[str | None] = mapped_column(LosslessText, sort_order=_MESSAGE_COLUMNS)
+    tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSONValue, sort_order=_MESSAGE_COLUMNS
+    )
+    tool_call_id: Mapped[str | None] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
+    reasoning_content: Mapped[str | None] = mapped_column(LosslessText, sort_order=_MESSAGE_COLUMNS)
+    turn_usage: Mapped[dict[str, Any] | None] = mapped_column(
+        JSONValue, sort_order=_MESSAGE_COLUMNS
+    )
+    turn_context: Mapped[dict[str, Any] | None] = mapped_column(
+        JSONValue, sort_order=_MESSAGE_COLUMNS
+    )
+    created_at: Mapped[int] = mapped_column(Millis, sort_order=_MESSAGE_COLUMNS)
+    token_count: Mapped[int | None] = mapped_column(BigInteger, sort_order=_MESSAGE_COLUMNS)
+    provenance_kind: Mapped[str | None] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
+    provenance_origin_session_id: Mapped[str | None] = mapped_column(
+        Text, sort_order=_MESSAGE_COLUMNS
+    )
+    provenance_source_session_key: Mapped[str | None] = mapped_column(
+        Text, sort_order=_MESSAGE_COLUMNS
+    )
+    provenance_source_channel: Mapped[str | None] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
+    provenance_source_tool: Mapped[str | None] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
+
+
+class TranscriptRow(_SessionOwnedColumns, _MessageColumns, Base):
     __tablename__ = "transcript_entries"
     __table_args__ = (
         Index("idx_transcript_session_id", "session_id"),
@@ -117,28 +182,10 @@ class TranscriptRow(Base):
         {"sqlite_autoincrement": True},
     )
 
-    id: Mapped[int] = mapped_column(IntId, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(Text)
-    session_key: Mapped[str] = mapped_column(Text)
-    message_id: Mapped[str] = mapped_column(Text)
-    role: Mapped[str] = mapped_column(Text)
-    content: Mapped[str | None] = mapped_column(LosslessText)
-    tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONValue)
-    tool_call_id: Mapped[str | None] = mapped_column(Text)
-    reasoning_content: Mapped[str | None] = mapped_column(LosslessText)
-    turn_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
-    turn_context: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
-    created_at: Mapped[int] = mapped_column(Millis)
-    token_count: Mapped[int | None] = mapped_column(BigInteger)
-    provenance_kind: Mapped[str | None] = mapped_column(Text)
-    provenance_origin_session_id: Mapped[str | None] = mapped_column(Text)
-    provenance_source_session_key: Mapped[str | None] = mapped_column(Text)
-    provenance_source_channel: Mapped[str | None] = mapped_column(Text)
-    provenance_source_tool: Mapped[str | None] = mapped_column(Text)
     schema_version: Mapped[int] = mapped_column(Integer, server_default=_ONE)
 
 
-class CompactedTranscriptRow(Base):
+class CompactedTranscriptRow(_SessionOwnedColumns, _ArchivePositionColumns, _MessageColumns, Base):
     __tablename__ = "compacted_transcript_entries"
     __table_args__ = (
         Index("idx_compacted_transcript_session_id", "session_id"),
@@ -154,32 +201,11 @@ class CompactedTranscriptRow(Base):
         {"sqlite_autoincrement": True},
     )
 
-    id: Mapped[int] = mapped_column(IntId, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(Text)
-    session_key: Mapped[str] = mapped_column(Text)
-    compaction_id: Mapped[str | None] = mapped_column(Text)
-    compaction_index: Mapped[int | None] = mapped_column(Integer)
-    original_entry_id: Mapped[int | None] = mapped_column(BigInteger)
-    message_id: Mapped[str] = mapped_column(Text)
-    role: Mapped[str] = mapped_column(Text)
-    content: Mapped[str | None] = mapped_column(LosslessText)
-    tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONValue)
-    tool_call_id: Mapped[str | None] = mapped_column(Text)
-    reasoning_content: Mapped[str | None] = mapped_column(LosslessText)
-    turn_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
-    turn_context: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
-    created_at: Mapped[int] = mapped_column(Millis)
-    token_count: Mapped[int | None] = mapped_column(BigInteger)
-    provenance_kind: Mapped[str | None] = mapped_column(Text)
-    provenance_origin_session_id: Mapped[str | None] = mapped_column(Text)
-    provenance_source_session_key: Mapped[str | None] = mapped_column(Text)
-    provenance_source_channel: Mapped[str | None] = mapped_column(Text)
-    provenance_source_tool: Mapped[str | None] = mapped_column(Text)
     archived_at: Mapped[int] = mapped_column(Millis)
     schema_version: Mapped[int] = mapped_column(Integer, server_default=_ONE)
 
 
-class SummaryRow(Base):
+class SummaryRow(_SessionOwnedColumns, Base):
     __tablename__ = "session_summaries"
     __table_args__ = (
         Index("idx_summaries_session_id", "session_id"),
@@ -194,9 +220,6 @@ class SummaryRow(Base):
         {"sqlite_autoincrement": True},
     )
 
-    id: Mapped[int] = mapped_column(IntId, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(Text)
-    session_key: Mapped[str] = mapped_column(Text)
     compaction_index: Mapped[int] = mapped_column(Integer, server_default=_ZERO)
     compaction_id: Mapped[str | None] = mapped_column(LosslessText)
     trigger_reason: Mapped[str | None] = mapped_column(LosslessText)
@@ -224,7 +247,7 @@ class SummaryRow(Base):
     schema_version: Mapped[int] = mapped_column(Integer, server_default=_ONE)
 
 
-class ContextStateRow(Base):
+class ContextStateRow(_SessionOwnedColumns, Base):
     __tablename__ = "session_context_states"
     __table_args__ = (
         Index("idx_context_states_session_id", "session_id"),
@@ -232,9 +255,6 @@ class ContextStateRow(Base):
         {"sqlite_autoincrement": True},
     )
 
-    id: Mapped[int] = mapped_column(IntId, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(Text)
-    session_key: Mapped[str] = mapped_column(Text)
     provider: Mapped[str] = mapped_column(LosslessText, server_default=_text_default("portable"))
     model: Mapped[str | None] = mapped_column(LosslessText)
     state_kind: Mapped[str] = mapped_column(LosslessText)
@@ -255,10 +275,13 @@ compacted_transcript_entries = cast(Table, CompactedTranscriptRow.__table__)
 session_summaries = cast(Table, SummaryRow.__table__)
 session_context_states = cast(Table, ContextStateRow.__table__)
 
-OUR_TABLES = (
-    "sessions",
-    "transcript_entries",
-    "compacted_transcript_entries",
-    "session_summaries",
-    "session_context_states",
-)
+# The lists of tables everything else uses, derived from the metadata, so a table's name is
+# written once (its ``__tablename__``). The classes above are declared in the order export
+# writes and import inserts the tables: the session first, then the rows it owns.
+TABLES: tuple[Table, ...] = tuple(Base.metadata.tables.values())
+OUR_TABLES: tuple[str, ...] = tuple(table.name for table in TABLES)
+SESSIONS_TABLE: str = sessions.name
+OWNED_TABLES: tuple[Table, ...] = tuple(table for table in TABLES if table is not sessions)
+"""The tables whose rows a session owns, in export and insert order."""
+CHILD_TABLES: tuple[str, ...] = tuple(table.name for table in OWNED_TABLES)
+"""The names of :data:`OWNED_TABLES`."""

@@ -1,4 +1,4 @@
-"""Plain data the operator tools exchange with the storage (no I/O, no SQLAlchemy).
+"""Plain data the use cases and the operator tools exchange with the storage (no I/O).
 
 ``SessionRows`` is one session with every column of every row it owns, as plain Python
 values: what export, import and copy move. The previews say what a deleting operation would
@@ -7,21 +7,12 @@ remove, without removing it; ``StoreCounts`` is the census behind ``stats``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .models import SessionNode
-
-SESSIONS_TABLE = "sessions"
-# The tables whose rows a session owns, in the order they are exported and inserted.
-CHILD_TABLES: tuple[str, ...] = (
-    "transcript_entries",
-    "compacted_transcript_entries",
-    "session_summaries",
-    "session_context_states",
-)
-ALL_TABLES: tuple[str, ...] = (SESSIONS_TABLE, *CHILD_TABLES)
+from .records import SessionNode
 
 ColumnKind = Literal["text", "int", "float", "bool", "json"]
 TableLayout = dict[str, tuple[tuple[str, ColumnKind], ...]]
@@ -45,8 +36,9 @@ class SessionRows:
     def rows(self, table: str) -> list[dict[str, Any]]:
         return self.children.get(table, [])
 
-    def row_counts(self) -> dict[str, int]:
-        return {table: len(self.rows(table)) for table in CHILD_TABLES}
+    def row_counts(self, tables: Sequence[str]) -> dict[str, int]:
+        """How many rows of each of ``tables`` (the child tables, in their order)."""
+        return {table: len(self.rows(table)) for table in tables}
 
 
 @dataclass(frozen=True)
@@ -96,9 +88,6 @@ class ResetReport:
 
 
 __all__ = [
-    "ALL_TABLES",
-    "CHILD_TABLES",
-    "SESSIONS_TABLE",
     "ColumnKind",
     "DeletionPreview",
     "IfExists",

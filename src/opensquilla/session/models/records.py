@@ -1,0 +1,236 @@
+"""The records' base class and the session, summary and context-state records.
+
+Models are plain mutable objects, detached from any database session: callers read them,
+change them and hand them back. Field names, types and defaults are the contract's
+(docs/semantics.md#tables); field order is each table's column order (the export format
+and ``model_dump`` follow it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import InvalidInputError
+from ..support.clock import new_session_id, now_ms
+from .checks import (
+    LABEL_MAX_LENGTH,
+    PROVIDER_MAX_LENGTH,
+    STATE_KIND_MAX_LENGTH,
+    WORKSPACE_ID_MAX_LENGTH,
+    AgentId,
+    Count32,
+    Count64,
+    Finite,
+    Flag,
+    Int32,
+    Int64,
+    JSONObject,
+    LineageKey,
+    Millis,
+    SessionId,
+    SessionKey,
+    SummaryCompactionId,
+    Text,
+    describe,
+    invalid_input,
+    member_of,
+)
+from .enums import ChatType, FlushReceiptStatus, QueueMode, SendPolicy, SessionStatus
+
+_set = object.__setattr__
+
+
+class _Record(BaseModel):
+    """Base of the persisted records: mutable, strict about unknown fields and values.
+
+    Every way to put a value into a record validates it against the value domain
+    (``checks.py``: construction, assignment, ``model_copy(update=...)``) and refuses it
+    with an :class:`InvalidInputError`; only the read path (:meth:`from_rows`,
+    :meth:`from_row`) does not.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise invalid_input(exc) from exc
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise invalid_input(exc) from exc
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; the ``update`` values are validated like assignments."""
+        copied = super().model_copy(deep=deep)
+        for name, value in (update or {}).items():
+            setattr(copied, name, value)
+        return copied
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[dict[str, Any]], fields: Iterable[str]) -> list[Self]:
+        """One record per complete row whose values the database already typed; every row
+        has exactly the keys ``fields``, and each dict becomes its record's ``__dict__``.
+
+        No validation and no defaults to fill: what ``model_construct`` does for a full set
+        of fields, without its per-field bookkeeping. This is the read hot path (a
+        100k-entry transcript is 100k records), and the one place that sets pydantic's
+        per-instance state by hand: the fields set is built once and copied per record.
+        """
+        fields_set = set(fields)
+        new = object.__new__
+        setter = _set
+        out: list[Self] = []
+        append = out.append
+        for values in rows:
+            obj = new(cls)
+            setter(obj, "__dict__", values)
+            setter(obj, "__pydantic_fields_set__", fields_set.copy())
+            setter(obj, "__pydantic_extra__", None)
+            setter(obj, "__pydantic_private__", None)
+            append(obj)
+        return out
+
+    @classmethod
+    def from_row(cls, values: dict[str, Any]) -> Self:
+        """Build from one complete row whose values the database already typed
+        (:meth:`from_rows` for a single row)."""
+        return cls.from_rows((values,), values)[0]
+
+
+class _SessionOwned(_Record):
+    """The first columns of every row a session owns: the row id (the database's) and the
+    generation and key it belongs to."""
+
+    id: Int64 | None = None
+    session_id: SessionId
+    session_key: SessionKey
+
+
+class SessionNode(_Record):
+    """One session row (table ``sessions``): identity, routing, counters, lineage."""
+
+    session_key: SessionKey
+    session_id: SessionId = Field(default_factory=new_session_id)
+    created_at: Millis = Field(default_factory=now_ms)
+    updated_at: Millis = Field(default_factory=now_ms)
+    started_at: Millis | None = None
+    ended_at: Millis | None = None
+    runtime_ms: Int64 | None = None
+    last_channel: Text | None = None
+    last_to: Text | None = None
+    last_account_id: Text | None = None
+    last_thread_id: Text | None = None
+    delivery_context: JSONObject | None = None
+    model: Text | None = None
+    model_provider: Text | None = None
+    provider_override: Text | None = None
+    model_override: Text | None = None
+    auth_profile_override: Text | None = None
+    auth_profile_override_source: Text | None = None
+    context_tokens: Count64 | None = None
+    model_routing_mode: Text | None = None
+    model_routing_revision: Int64 = 0
+    input_tokens: Count64 = 0
+    output_tokens: Count64 = 0
+    total_tokens: Count64 = 0
+    total_tokens_fresh: Flag = False
+    estimated_cost_usd: Finite = 0.0
+    total_cost_usd: Finite = 0.0
+    billed_cost_usd: Finite = 0.0
+    estimated_cost_component_usd: Finite = 0.0
+    cost_source: Text = "none"
+    missing_cost_entries: Count64 = 0
+    cache_read: Count64 = 0
+    cache_write: Count64 = 0
+    compaction_count: Count32 = 0
+    session_file: Text | None = None
+    spawned_by: LineageKey | None = None
+    parent_session_key: LineageKey | None = None
+    forked_from_parent: Flag = False
+    spawn_depth: Count32 = 0
+    status: Annotated[Text, member_of(SessionStatus)] = SessionStatus.RUNNING.value
+    chat_type: Annotated[Text, member_of(ChatType)] = ChatType.UNKNOWN.value
+    thinking_level: Text | None = None
+    fast_mode: Flag = False
+    verbose_level: Text | None = None
+    reasoning_level: Text | None = None
+    send_policy: Annotated[Text, member_of(SendPolicy)] = SendPolicy.ALLOW.value
+    queue_mode: Annotated[Text, member_of(QueueMode)] = QueueMode.STEER.value
+    collaboration_mode: Text = "default"
+    collaboration_revision: Int64 = 0
+    active_plan_revision_id: Text | None = None
+    label: Annotated[Text, Field(max_length=LABEL_MAX_LENGTH)] | None = None
+    display_name: Text | None = None
+    derived_title: Text | None = None
+    channel: Text | None = None
+    group_id: Text | None = None
+    subject: Text | None = None
+    origin: JSONObject | None = None
+    workspace_id: Annotated[Text, Field(max_length=WORKSPACE_ID_MAX_LENGTH)] | None = None
+    agent_id: AgentId = "main"
+    schema_version: Int32 = 1
+    epoch: Count64 = 0
+
+
+def check_session_values(values: object) -> dict[str, Any]:
+    """Column values for a partial update of a session row, each checked in the domain of
+    its :class:`SessionNode` field (unknown names refused); the values to write."""
+    if not isinstance(values, Mapping):
+        raise InvalidInputError(f"values must be a mapping, not {describe(values)}")
+    unknown = sorted(str(name)[:40] for name in values if name not in SessionNode.model_fields)
+    if unknown:
+        raise InvalidInputError(f"unknown session field(s): {', '.join(unknown)}")
+    node = SessionNode.model_construct(session_key="-")
+    for name, value in values.items():
+        setattr(node, name, value)
+    return {name: node.__dict__[name] for name in values}
+
+
+class SessionSummary(_SessionOwned):
+    """One compaction summary (table ``session_summaries``)."""
+
+    compaction_index: Count32 = 0
+    # Free text in this table (NUL kept); bounded because the compacted archive's index
+    # (session_id, compaction_id) carries it too.
+    compaction_id: SummaryCompactionId | None = None
+    trigger_reason: Text | None = None
+    summary_text: Text
+    summary_payload: JSONObject | None = None
+    summary_format: Text = "text"
+    summary_source: Text = "unknown"
+    coverage_status: Text = "unknown"
+    missing_obligations: list[Text] | None = None
+    critical_carry_forward: list[Text] | None = None
+    tokens_before: Count64 | None = None
+    tokens_after: Count64 | None = None
+    removed_count: Count32 = 0
+    kept_count: Count32 = 0
+    chunk_count: Count32 = 0
+    flush_receipt_status: Text = FlushReceiptStatus.UNKNOWN.value
+    covered_through_id: Int64 = 0
+    created_at: Millis = Field(default_factory=now_ms)
+    schema_version: Int32 = 1
+
+
+class SessionContextState(_SessionOwned):
+    """A provider context state (table ``session_context_states``)."""
+
+    provider: Annotated[Text, Field(max_length=PROVIDER_MAX_LENGTH)] = "portable"
+    model: Text | None = None
+    state_kind: Annotated[Text, Field(max_length=STATE_KIND_MAX_LENGTH)]
+    payload: JSONObject = Field(default_factory=dict)
+    covered_through_id: Int64 = 0
+    created_at: Millis = Field(default_factory=now_ms)
+    expires_at: Millis | None = None
+    portable: Flag = False
+    cacheable: Flag = False
+    valid: Flag = True
+    invalid_reason: Text | None = None
+    schema_version: Int32 = 1
