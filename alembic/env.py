@@ -16,7 +16,7 @@ from logging.config import fileConfig
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from opensquilla.session import migrate
+from opensquilla.session.db import migrate
 
 config = context.config
 

@@ -1,4 +1,4 @@
-"""The time prefix stamped on user messages (SEMANTICS §5), e.g.
+"""The time prefix stamped on user messages (docs/semantics.md#time-prefix), e.g.
 ``[2026-11-29T13:36+00:00 Sun UTC]`` followed by a newline."""
 
 from __future__ import annotations

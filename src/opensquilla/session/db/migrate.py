@@ -30,14 +30,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from alembic import command
 
-from .config import mask_password, resolve_dsn
-from .db.base import Base
-from .db.dsn import parse_target
-from .db.engine import BEGIN_OPTION, create_engine
-from .db.errors import translated_errors
-from .db.tables import OUR_TABLES
-from .errors import MigrationError, SessionStoreError
-from .files import ensure_private_file
+from ..config import mask_password, resolve_dsn
+from ..errors import MigrationError, SessionStoreError
+from ..fs.files import ensure_private_file
+from .base import Base
+from .dsn import parse_target
+from .engine import BEGIN_OPTION, create_engine
+from .errors import translated_errors
+from .tables import OUR_TABLES
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ MIGRATION_LOCK_KEY = 0x3A1F_5C2E_9B47_0D61
 
 def script_location() -> Path:
     """The migration scripts: packaged in the wheel, or the checkout's ``alembic/``."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the package directory
     for candidate in (here / "_alembic", here.parents[2] / "alembic"):
         if (candidate / "env.py").is_file():
             return candidate

@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from .config import archive_directory
+from ..config import archive_directory
+from ..models import GenerationSnapshot
+from ..support.jsontext import strict_json
 from .files import CAN_LOCK, StagedFile, lock_staged, stage_file
-from .jsontext import strict_json
-from .models import GenerationSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Small pure helpers: clocks and ids, the time prefix, strict JSON text."""
