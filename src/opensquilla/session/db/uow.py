@@ -1,4 +1,9 @@
-"""Units of work: one connection and one transaction per storage operation.
+"""Units of work: one connection and one transaction, and the repositories bound to it.
+
+``async with uow.write() as tx:`` gives a :class:`Transaction` whose repositories
+(``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states``, ``tx.overview``,
+``tx.rows``) all run on that one connection; repositories never commit, the unit of work
+does. A use case opens the unit of work it needs and decides what it holds.
 
 * ``write()``: all-or-nothing; every statement inside commits together or not at all. On
   SQLite it begins with ``BEGIN IMMEDIATE`` (the write lock up front, so it never fails
@@ -8,7 +13,7 @@
 * ``write_statement()``: exactly one statement, which the database applies atomically on
   its own; no BEGIN/COMMIT round trips (used for the Postgres append).
 * ``read()``: statements in autocommit mode, each consistent on its own (our reads are
-  single statements); ``read(snapshot=True)`` gives one snapshot for several statements.
+  single statements); ``snapshot()`` gives one consistent snapshot for several statements.
 
 A ``:memory:`` database has one shared connection, so every unit of work on it takes the
 lock. Errors from the database are translated at this seam (``db/errors.py``); anything the
@@ -27,9 +32,29 @@ from ..errors import DatabaseUnavailableError
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import translated_errors
+from .repos.context_states import ContextStateRepository
+from .repos.overview import OverviewRepository
+from .repos.sessions import SessionRepository
+from .repos.summaries import SummaryRepository
+from .repos.transcript import TranscriptRepository
+from .repos.transfer import TransferRepository
 
 
-class Database:
+class Transaction:
+    """The repositories of one unit of work, bound to its connection."""
+
+    __slots__ = ("overview", "rows", "sessions", "states", "summaries", "transcript")
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.sessions = SessionRepository(conn)
+        self.transcript = TranscriptRepository(conn)
+        self.summaries = SummaryRepository(conn)
+        self.states = ContextStateRepository(conn)
+        self.overview = OverviewRepository(conn)
+        self.rows = TransferRepository(conn)
+
+
+class UnitOfWork:
     """An engine and the locks that make units of work safe on it."""
 
     def __init__(self, engine: AsyncEngine, target: StorageTarget) -> None:
@@ -56,34 +81,36 @@ class Database:
         return self.backend == "postgresql"
 
     @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
+    async def write(self) -> AsyncIterator[Transaction]:
         """A read-write transaction: commits on success, rolls back on any exception."""
         async with (
             self._locked(self._write_lock),
             self._connection(self._writer) as conn,
             conn.begin(),
         ):
-            yield conn
+            yield Transaction(conn)
 
     @contextlib.asynccontextmanager
-    async def write_statement(self) -> AsyncIterator[AsyncConnection]:
+    async def write_statement(self) -> AsyncIterator[Transaction]:
         """For exactly one write statement, atomic by itself (no explicit transaction)."""
         async with self._locked(self._write_lock), self._connection(self._single) as conn:
-            yield conn
+            yield Transaction(conn)
             await conn.commit()
 
     @contextlib.asynccontextmanager
-    async def read(self, *, snapshot: bool = False) -> AsyncIterator[AsyncConnection]:
-        """Reads; ``snapshot=True`` for several statements that must agree."""
+    async def read(self) -> AsyncIterator[Transaction]:
+        """Reads, each statement consistent on its own (autocommit)."""
         lock = self._write_lock if self._memory else None
-        engine = self._snapshot if snapshot else self._reader
-        async with self._locked(lock), self._connection(engine) as conn:
-            if snapshot:
-                async with conn.begin():
-                    yield conn
-            else:
-                yield conn
-                await conn.rollback()
+        async with self._locked(lock), self._connection(self._reader) as conn:
+            yield Transaction(conn)
+            await conn.rollback()
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Transaction]:
+        """Reads from one snapshot: several statements that must agree."""
+        lock = self._write_lock if self._memory else None
+        async with self._locked(lock), self._connection(self._snapshot) as conn, conn.begin():
+            yield Transaction(conn)
 
     @contextlib.asynccontextmanager
     async def _connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:

@@ -14,31 +14,6 @@ from ..tables import session_context_states as states
 ORDER = (states.c.created_at.asc(), states.c.id.asc())
 
 
-async def insert(conn: AsyncConnection, state: SessionContextState) -> int:
-    stmt = states.insert().values(values_of(state, states)).returning(states.c.id)
-    return int((await conn.execute(stmt)).scalar_one())
-
-
-async def list_for_key(
-    conn: AsyncConnection,
-    session_key: str,
-    *,
-    provider: str | None = None,
-    state_kind: str | None = None,
-    valid_only: bool = True,
-) -> list[SessionContextState]:
-    query = select_rows(states, conn).where(states.c.session_key == session_key)
-    if provider is not None:
-        query = query.where(states.c.provider == provider)
-    if state_kind is not None:
-        query = query.where(states.c.state_kind == state_kind)
-    if valid_only:
-        query = query.where(states.c.valid == true())
-    return to_models(
-        SessionContextState, conn.dialect.name, await conn.execute(query.order_by(*ORDER))
-    )
-
-
 def _invalidate(
     session_key: str, provider: str | None, state_kind: str | None, reason: str
 ) -> Update:
@@ -50,40 +25,72 @@ def _invalidate(
     return stmt.values(valid=False, invalid_reason=reason)
 
 
-async def invalidate(
-    conn: AsyncConnection,
-    session_key: str,
-    *,
-    provider: str | None = None,
-    state_kind: str | None = None,
-    reason: str = "invalidated",
-) -> int:
-    """Invalidate the currently valid matching states; how many changed."""
-    result = await conn.execute(_invalidate(session_key, provider, state_kind, reason))
-    return int(result.rowcount)
+class ContextStateRepository:
+    """Statements on ``session_context_states``, on one unit of work's connection; never commits."""
 
+    __slots__ = ("conn",)
 
-async def copy_valid_to_session(
-    conn: AsyncConnection,
-    *,
-    source_session_key: str,
-    target_session_id: str,
-    target_session_key: str,
-) -> int:
-    names = [c.name for c in states.columns if c.name != "id"]
-    values: list[Any] = []
-    for name in names:
-        column = states.c[name]
-        if name == "session_id":
-            values.append(literal(target_session_id, type_=column.type))
-        elif name == "session_key":
-            values.append(literal(target_session_key, type_=column.type))
-        else:
-            values.append(column)
-    source = (
-        select(*values)
-        .where(states.c.session_key == source_session_key, states.c.valid == true())
-        .order_by(*ORDER)
-    )
-    stmt = states.insert().from_select(names, source)
-    return int((await conn.execute(stmt)).rowcount)
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def insert(self, state: SessionContextState) -> int:
+        stmt = states.insert().values(values_of(state, states)).returning(states.c.id)
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def list_for_key(
+        self,
+        session_key: str,
+        *,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        valid_only: bool = True,
+    ) -> list[SessionContextState]:
+        query = select_rows(states, self.conn).where(states.c.session_key == session_key)
+        if provider is not None:
+            query = query.where(states.c.provider == provider)
+        if state_kind is not None:
+            query = query.where(states.c.state_kind == state_kind)
+        if valid_only:
+            query = query.where(states.c.valid == true())
+        return to_models(
+            SessionContextState,
+            self.conn.dialect.name,
+            await self.conn.execute(query.order_by(*ORDER)),
+        )
+
+    async def invalidate(
+        self,
+        session_key: str,
+        *,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        reason: str = "invalidated",
+    ) -> int:
+        """Invalidate the currently valid matching states; how many changed."""
+        result = await self.conn.execute(_invalidate(session_key, provider, state_kind, reason))
+        return int(result.rowcount)
+
+    async def copy_valid_to_session(
+        self,
+        *,
+        source_session_key: str,
+        target_session_id: str,
+        target_session_key: str,
+    ) -> int:
+        names = [c.name for c in states.columns if c.name != "id"]
+        values: list[Any] = []
+        for name in names:
+            column = states.c[name]
+            if name == "session_id":
+                values.append(literal(target_session_id, type_=column.type))
+            elif name == "session_key":
+                values.append(literal(target_session_key, type_=column.type))
+            else:
+                values.append(column)
+        source = (
+            select(*values)
+            .where(states.c.session_key == source_session_key, states.c.valid == true())
+            .order_by(*ORDER)
+        )
+        stmt = states.insert().from_select(names, source)
+        return int((await self.conn.execute(stmt)).rowcount)

@@ -29,25 +29,16 @@ from ...models import INT64_MAX, SessionNode
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
 from ..sql import insert_for, is_postgres
 from ..tables import (
-    compacted_transcript_entries,
+    OWNED_TABLES,
     session_context_states,
     session_summaries,
     sessions,
-    transcript_entries,
 )
 
 Lock = Literal["share", "update"] | None
 
 ACTIVITY_ORDER = (sessions.c.updated_at.desc(), sessions.c.session_key.desc())
 RETENTION_ORDER = (sessions.c.updated_at, sessions.c.created_at, sessions.c.session_key)
-
-
-async def get(conn: AsyncConnection, key: str, *, lock: Lock = None) -> SessionNode | None:
-    query = select_rows(sessions, conn).where(sessions.c.session_key == key)
-    if lock is not None:
-        query = query.with_for_update(read=lock == "share")
-    row = (await conn.execute(query)).first()
-    return to_model(SessionNode, row, conn.dialect.name) if row is not None else None
 
 
 @functools.cache
@@ -75,129 +66,9 @@ def _generation_checked_upsert(dialect_name: str) -> Any:
     )
 
 
-async def insert_new(conn: AsyncConnection, node: SessionNode) -> bool:
-    """Insert ``node``; ``False`` (and no change) when the key is already taken."""
-    result = await conn.execute(_insert_if_absent(conn.dialect.name), values_of(node, sessions))
-    return bool(result.rowcount)
-
-
-async def upsert(conn: AsyncConnection, node: SessionNode) -> None:
-    """Whole-row insert-or-update, refused when ``node`` is an older generation.
-
-    The update applies when the stored row is the same generation (same ``session_id`` and
-    epoch) or an older epoch. A node read before a reset (lower epoch) or one of another
-    generation at the same epoch is refused, so it can neither lower the epoch nor restore
-    an old ``session_id``.
-    """
-    result = await conn.execute(
-        _generation_checked_upsert(conn.dialect.name), values_of(node, sessions)
-    )
-    if result.rowcount:
-        return
-    stored = await get(conn, node.session_key)
-    raise StaleGenerationError(
-        f"Stale write for {node.session_key}: the node is generation {node.session_id} at "
-        f"epoch {node.epoch}, the stored session is generation "
-        f"{stored.session_id if stored else None} at epoch {stored.epoch if stored else None}"
-    )
-
-
-async def update_fields(
-    conn: AsyncConnection, key: str, values: dict[str, Any]
-) -> SessionNode | None:
-    """Set only ``values`` on the row (no read-modify-write); the new row, or ``None``."""
-    stmt = update(sessions).where(sessions.c.session_key == key).values(values)
-    row = (await conn.execute(stmt.returning(*read_columns(sessions, conn.dialect.name)))).first()
-    return to_model(SessionNode, row, conn.dialect.name) if row is not None else None
-
-
-async def finish(conn: AsyncConnection, key: str, status: str, now: int) -> SessionNode | None:
-    started = sessions.c.started_at
-    runtime = case(
-        (and_(started.is_not(None), started != 0), now - started),
-        else_=sessions.c.runtime_ms,
-    )
-    stmt = (
-        update(sessions)
-        .where(sessions.c.session_key == key)
-        .values(status=status, ended_at=now, updated_at=now, runtime_ms=runtime)
-        .returning(*read_columns(sessions, conn.dialect.name))
-    )
-    row = (await conn.execute(stmt)).first()
-    return to_model(SessionNode, row, conn.dialect.name) if row is not None else None
-
-
-async def list_sessions(
-    conn: AsyncConnection,
-    *,
-    agent_id: str | None,
-    status: str | None,
-    spawned_by: str | None,
-    parent_session_key: str | None,
-    limit: int | None,
-    offset: int,
-) -> list[SessionNode]:
-    query = select_rows(sessions, conn)
-    if agent_id is not None:
-        query = query.where(sessions.c.agent_id == agent_id)
-    if status is not None:
-        query = query.where(sessions.c.status == status)
-    if spawned_by is not None:
-        query = query.where(sessions.c.spawned_by == spawned_by)
-    if parent_session_key is not None:
-        query = query.where(sessions.c.parent_session_key == parent_session_key)
-    query = query.order_by(*ACTIVITY_ORDER).offset(offset)
-    if limit is not None:
-        query = query.limit(limit)
-    return to_models(SessionNode, conn.dialect.name, await conn.execute(query))
-
-
-async def count(conn: AsyncConnection) -> int:
-    return int((await conn.execute(select(func.count()).select_from(sessions))).scalar_one())
-
-
-async def get_epoch(conn: AsyncConnection, key: str) -> int | None:
-    query = select(sessions.c.epoch).where(sessions.c.session_key == key)
-    value = (await conn.execute(query)).scalar_one_or_none()
-    return int(value) if value is not None else None
-
-
-async def increment_epoch(conn: AsyncConnection, key: str) -> int | None:
-    """``epoch + 1``; ``None`` for a missing key. An epoch already at the 64-bit maximum is
-    refused (SQLite would silently make it a REAL, Postgres raise "bigint out of range")."""
-    stmt = (
-        update(sessions)
-        .where(sessions.c.session_key == key, sessions.c.epoch < INT64_MAX)
-        .values(epoch=sessions.c.epoch + 1)
-        .returning(sessions.c.epoch)
-    )
-    value = (await conn.execute(stmt)).scalar_one_or_none()
-    if value is None and await get_epoch(conn, key) is not None:
-        raise InvalidInputError(
-            f"the epoch of {key} is at {INT64_MAX}, the largest value it can hold; "
-            "nothing was written"
-        )
-    return int(value) if value is not None else None
-
-
-async def oldest_keys(
-    conn: AsyncConnection, limit: int, *, updated_before: int | None = None
-) -> list[str]:
-    """Keys in retention order (least recently updated first)."""
-    query = select(sessions.c.session_key)
-    if updated_before is not None:
-        query = query.where(sessions.c.updated_at < updated_before)
-    query = query.order_by(*RETENTION_ORDER).limit(limit)
-    return list((await conn.execute(query)).scalars())
-
-
-# The tables whose rows a session owns; all but the last are read by session id.
-CHILD_TABLES = (
-    transcript_entries,
-    compacted_transcript_entries,
-    session_summaries,
-    session_context_states,
-)
+# The tables whose rows a session owns (db/tables.py); all but the last are read by
+# session id.
+CHILD_TABLES = OWNED_TABLES
 
 
 def owned_rows(
@@ -249,59 +120,6 @@ def _one_of(column: Any, values: Any) -> ColumnElement[bool]:
     return cast(ColumnElement[bool], column.in_(values))
 
 
-async def delete_cascade(
-    conn: AsyncConnection, keys: Sequence[str], *, updated_before: int | None = None
-) -> list[str]:
-    """Delete sessions and everything they own (:func:`owned_rows`); returns the keys
-    actually deleted.
-
-    The session rows go first: on Postgres that locks them, so an append or branch racing
-    this delete either committed before (and its rows are deleted here too) or finds the
-    session gone. ``updated_before`` re-checks staleness inside the transaction.
-    """
-    if not keys:
-        return []
-    stmt = delete(sessions).where(_one_of(sessions.c.session_key, _listed(conn, keys)))
-    if updated_before is not None:
-        stmt = stmt.where(sessions.c.updated_at < updated_before)
-    rows = (await conn.execute(stmt.returning(sessions.c.session_key, sessions.c.session_id))).all()
-    if not rows:
-        return []
-    deleted_keys = [row.session_key for row in rows]
-    session_ids = [row.session_id for row in rows]
-    listed_keys, listed_ids = _listed(conn, deleted_keys), _listed(conn, session_ids)
-    for table in CHILD_TABLES:
-        # Summaries have no index on session_key, so that test scans the table: a list of
-        # parameters is hashed once per statement there, an array searched row by row.
-        keys = deleted_keys if table is session_summaries else listed_keys
-        for owned in owned_rows(table, keys, listed_ids, sessions_deleted=True):
-            await conn.execute(delete(table).where(owned))
-    return deleted_keys
-
-
-async def generation_claimant(
-    conn: AsyncConnection, session_id: str, session_key: str | None
-) -> str | None:
-    """A session key other than ``session_key`` that already holds ``session_id``: the
-    key of the session whose generation it is, or of any row stored under it; ``None``
-    when the id is free for ``session_key``. One statement, an index probe per table."""
-    probes = []
-    for table in (sessions, *CHILD_TABLES):
-        probe = select(table.c.session_key).where(table.c.session_id == session_id)
-        if session_key is not None:
-            probe = probe.where(table.c.session_key != session_key)
-        probes.append(probe.limit(1).scalar_subquery())
-    claimant = (await conn.execute(select(func.coalesce(*probes)))).scalar_one_or_none()
-    return str(claimant) if claimant is not None else None
-
-
-async def generation_owner(conn: AsyncConnection, session_id: str) -> str | None:
-    """The key of the session whose current generation is ``session_id``, if any."""
-    query = select(sessions.c.session_key).where(sessions.c.session_id == session_id).limit(1)
-    owner = (await conn.execute(query)).scalar_one_or_none()
-    return str(owner) if owner is not None else None
-
-
 def _shown(text: str, limit: int = 120) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
@@ -325,25 +143,206 @@ def generation_in_use(
     )
 
 
-async def claim_generation(conn: AsyncConnection, session_id: str, session_key: str | None) -> None:
-    """Refuse (``SessionIdInUseError``) to give ``session_key`` a session id that another
-    key already holds (:func:`generation_claimant`). Inside the writing transaction, before
-    anything is written; the unique index on ``sessions.session_id`` backs it against a
-    concurrent writer (``storage.py`` translates that violation into the same error)."""
-    claimant = await generation_claimant(conn, session_id, session_key)
-    if claimant is not None:
-        owner = await generation_owner(conn, session_id)
-        if owner is not None and owner != session_key:
-            raise generation_in_use(session_id, owner, session_key)
-        raise generation_in_use(session_id, claimant, session_key, holder_is_session=False)
+class SessionRepository:
+    """Statements on ``sessions``, on the connection of one unit of work; never commits."""
 
+    __slots__ = ("conn",)
 
-async def check_row_generation(conn: AsyncConnection, session_id: str, session_key: str) -> None:
-    """Refuse a row stored under ``session_key`` that carries the session id of another
-    session: it would show up in that session's transcript, and go when it is deleted."""
-    owner = await generation_owner(conn, session_id)
-    if owner is not None and owner != session_key:
-        raise SessionIdInUseError(
-            f"session id {_shown(session_id)} belongs to session {_shown(owner)}; a row of "
-            f"session {_shown(session_key)} cannot carry it. Nothing was written"
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def get(self, key: str, *, lock: Lock = None) -> SessionNode | None:
+        query = select_rows(sessions, self.conn).where(sessions.c.session_key == key)
+        if lock is not None:
+            query = query.with_for_update(read=lock == "share")
+        row = (await self.conn.execute(query)).first()
+        return to_model(SessionNode, row, self.conn.dialect.name) if row is not None else None
+
+    async def insert_new(self, node: SessionNode) -> bool:
+        """Insert ``node``; ``False`` (and no change) when the key is already taken."""
+        result = await self.conn.execute(
+            _insert_if_absent(self.conn.dialect.name), values_of(node, sessions)
         )
+        return bool(result.rowcount)
+
+    async def upsert(self, node: SessionNode) -> None:
+        """Whole-row insert-or-update, refused when ``node`` is an older generation.
+
+        The update applies when the stored row is the same generation (same ``session_id`` and
+        epoch) or an older epoch. A node read before a reset (lower epoch) or one of another
+        generation at the same epoch is refused, so it can neither lower the epoch nor restore
+        an old ``session_id``.
+        """
+        result = await self.conn.execute(
+            _generation_checked_upsert(self.conn.dialect.name), values_of(node, sessions)
+        )
+        if result.rowcount:
+            return
+        stored = await self.get(node.session_key)
+        raise StaleGenerationError(
+            f"Stale write for {node.session_key}: the node is generation {node.session_id} at "
+            f"epoch {node.epoch}, the stored session is generation "
+            f"{stored.session_id if stored else None} at epoch {stored.epoch if stored else None}"
+        )
+
+    async def update_fields(self, key: str, values: dict[str, Any]) -> SessionNode | None:
+        """Set only ``values`` on the row (no read-modify-write); the new row, or ``None``."""
+        stmt = update(sessions).where(sessions.c.session_key == key).values(values)
+        row = (
+            await self.conn.execute(stmt.returning(*read_columns(sessions, self.conn.dialect.name)))
+        ).first()
+        return to_model(SessionNode, row, self.conn.dialect.name) if row is not None else None
+
+    async def add_compaction(self, key: str, now: int) -> None:
+        """``compaction_count + 1`` and ``updated_at``: a compaction committed."""
+        await self.conn.execute(
+            update(sessions)
+            .where(sessions.c.session_key == key)
+            .values(compaction_count=sessions.c.compaction_count + 1, updated_at=now)
+        )
+
+    async def finish(self, key: str, status: str, now: int) -> SessionNode | None:
+        started = sessions.c.started_at
+        runtime = case(
+            (and_(started.is_not(None), started != 0), now - started),
+            else_=sessions.c.runtime_ms,
+        )
+        stmt = (
+            update(sessions)
+            .where(sessions.c.session_key == key)
+            .values(status=status, ended_at=now, updated_at=now, runtime_ms=runtime)
+            .returning(*read_columns(sessions, self.conn.dialect.name))
+        )
+        row = (await self.conn.execute(stmt)).first()
+        return to_model(SessionNode, row, self.conn.dialect.name) if row is not None else None
+
+    async def list_sessions(
+        self,
+        *,
+        agent_id: str | None,
+        status: str | None,
+        spawned_by: str | None,
+        parent_session_key: str | None,
+        limit: int | None,
+        offset: int,
+    ) -> list[SessionNode]:
+        query = select_rows(sessions, self.conn)
+        if agent_id is not None:
+            query = query.where(sessions.c.agent_id == agent_id)
+        if status is not None:
+            query = query.where(sessions.c.status == status)
+        if spawned_by is not None:
+            query = query.where(sessions.c.spawned_by == spawned_by)
+        if parent_session_key is not None:
+            query = query.where(sessions.c.parent_session_key == parent_session_key)
+        query = query.order_by(*ACTIVITY_ORDER).offset(offset)
+        if limit is not None:
+            query = query.limit(limit)
+        return to_models(SessionNode, self.conn.dialect.name, await self.conn.execute(query))
+
+    async def count(self) -> int:
+        return int(
+            (await self.conn.execute(select(func.count()).select_from(sessions))).scalar_one()
+        )
+
+    async def get_epoch(self, key: str) -> int | None:
+        query = select(sessions.c.epoch).where(sessions.c.session_key == key)
+        value = (await self.conn.execute(query)).scalar_one_or_none()
+        return int(value) if value is not None else None
+
+    async def increment_epoch(self, key: str) -> int | None:
+        """``epoch + 1``; ``None`` for a missing key. An epoch already at the 64-bit maximum is
+        refused (SQLite would silently make it a REAL, Postgres raise "bigint out of range")."""
+        stmt = (
+            update(sessions)
+            .where(sessions.c.session_key == key, sessions.c.epoch < INT64_MAX)
+            .values(epoch=sessions.c.epoch + 1)
+            .returning(sessions.c.epoch)
+        )
+        value = (await self.conn.execute(stmt)).scalar_one_or_none()
+        if value is None and await self.get_epoch(key) is not None:
+            raise InvalidInputError(
+                f"the epoch of {key} is at {INT64_MAX}, the largest value it can hold; "
+                "nothing was written"
+            )
+        return int(value) if value is not None else None
+
+    async def oldest_keys(self, limit: int, *, updated_before: int | None = None) -> list[str]:
+        """Keys in retention order (least recently updated first)."""
+        query = select(sessions.c.session_key)
+        if updated_before is not None:
+            query = query.where(sessions.c.updated_at < updated_before)
+        query = query.order_by(*RETENTION_ORDER).limit(limit)
+        return list((await self.conn.execute(query)).scalars())
+
+    async def delete_cascade(
+        self, keys: Sequence[str], *, updated_before: int | None = None
+    ) -> list[str]:
+        """Delete sessions and everything they own (:func:`owned_rows`); returns the keys
+        actually deleted.
+
+        The session rows go first: on Postgres that locks them, so an append or branch racing
+        this delete either committed before (and its rows are deleted here too) or finds the
+        session gone. ``updated_before`` re-checks staleness inside the transaction.
+        """
+        if not keys:
+            return []
+        stmt = delete(sessions).where(_one_of(sessions.c.session_key, _listed(self.conn, keys)))
+        if updated_before is not None:
+            stmt = stmt.where(sessions.c.updated_at < updated_before)
+        rows = (
+            await self.conn.execute(stmt.returning(sessions.c.session_key, sessions.c.session_id))
+        ).all()
+        if not rows:
+            return []
+        deleted_keys = [row.session_key for row in rows]
+        session_ids = [row.session_id for row in rows]
+        listed_keys, listed_ids = _listed(self.conn, deleted_keys), _listed(self.conn, session_ids)
+        for table in CHILD_TABLES:
+            # Summaries have no index on session_key, so that test scans the table: a list of
+            # parameters is hashed once per statement there, an array searched row by row.
+            keys = deleted_keys if table is session_summaries else listed_keys
+            for owned in owned_rows(table, keys, listed_ids, sessions_deleted=True):
+                await self.conn.execute(delete(table).where(owned))
+        return deleted_keys
+
+    async def generation_claimant(self, session_id: str, session_key: str | None) -> str | None:
+        """A session key other than ``session_key`` that already holds ``session_id``: the
+        key of the session whose generation it is, or of any row stored under it; ``None``
+        when the id is free for ``session_key``. One statement, an index probe per table."""
+        probes = []
+        for table in (sessions, *CHILD_TABLES):
+            probe = select(table.c.session_key).where(table.c.session_id == session_id)
+            if session_key is not None:
+                probe = probe.where(table.c.session_key != session_key)
+            probes.append(probe.limit(1).scalar_subquery())
+        claimant = (await self.conn.execute(select(func.coalesce(*probes)))).scalar_one_or_none()
+        return str(claimant) if claimant is not None else None
+
+    async def generation_owner(self, session_id: str) -> str | None:
+        """The key of the session whose current generation is ``session_id``, if any."""
+        query = select(sessions.c.session_key).where(sessions.c.session_id == session_id).limit(1)
+        owner = (await self.conn.execute(query)).scalar_one_or_none()
+        return str(owner) if owner is not None else None
+
+    async def claim_generation(self, session_id: str, session_key: str | None) -> None:
+        """Refuse (``SessionIdInUseError``) to give ``session_key`` a session id that another
+        key already holds (:func:`generation_claimant`). Inside the writing transaction, before
+        anything is written; the unique index on ``sessions.session_id`` backs it against a
+        concurrent writer (``storage.py`` translates that violation into the same error)."""
+        claimant = await self.generation_claimant(session_id, session_key)
+        if claimant is not None:
+            owner = await self.generation_owner(session_id)
+            if owner is not None and owner != session_key:
+                raise generation_in_use(session_id, owner, session_key)
+            raise generation_in_use(session_id, claimant, session_key, holder_is_session=False)
+
+    async def check_row_generation(self, session_id: str, session_key: str) -> None:
+        """Refuse a row stored under ``session_key`` that carries the session id of another
+        session: it would show up in that session's transcript, and go when it is deleted."""
+        owner = await self.generation_owner(session_id)
+        if owner is not None and owner != session_key:
+            raise SessionIdInUseError(
+                f"session id {_shown(session_id)} belongs to session {_shown(owner)}; a row of "
+                f"session {_shown(session_key)} cannot carry it. Nothing was written"
+            )

@@ -24,103 +24,109 @@ def _next_index(session_id: str) -> Any:
     )
 
 
-async def insert(conn: AsyncConnection, summary: SessionSummary) -> tuple[int, int]:
-    """Insert with ``compaction_index`` = max + 1 for the session, inside this transaction.
+class SummaryRepository:
+    """Statements on ``session_summaries``, on one unit of work's connection; never commits."""
 
-    Returns ``(id, compaction_index)``. Postgres writers of one session queue on an advisory
-    lock; SQLite's write transaction already excludes them. A unique index backs both.
-    """
-    await lock_key(conn, summary.session_id)
-    values = values_of(summary, summaries)
-    values["compaction_index"] = _next_index(summary.session_id)
-    stmt = summaries.insert().values(values).returning(summaries.c.id, summaries.c.compaction_index)
-    row = (await conn.execute(stmt)).one()
-    return int(row.id), int(row.compaction_index)
+    __slots__ = ("conn",)
 
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
 
-async def list_for_session(conn: AsyncConnection, session_id: str) -> list[SessionSummary]:
-    query = (
-        select_rows(summaries, conn).where(summaries.c.session_id == session_id).order_by(*ORDER)
-    )
-    return to_models(SessionSummary, conn.dialect.name, await conn.execute(query))
+    async def insert(self, summary: SessionSummary) -> tuple[int, int]:
+        """Insert with ``compaction_index`` = max + 1 for the session, inside this transaction.
 
+        Returns ``(id, compaction_index)``. Postgres writers of one session queue on an advisory
+        lock; SQLite's write transaction already excludes them. A unique index backs both.
+        """
+        await lock_key(self.conn, summary.session_id)
+        values = values_of(summary, summaries)
+        values["compaction_index"] = _next_index(summary.session_id)
+        stmt = (
+            summaries.insert()
+            .values(values)
+            .returning(summaries.c.id, summaries.c.compaction_index)
+        )
+        row = (await self.conn.execute(stmt)).one()
+        return int(row.id), int(row.compaction_index)
 
-async def latest(conn: AsyncConnection, session_id: str) -> SessionSummary | None:
-    query = (
-        select_rows(summaries, conn)
-        .where(summaries.c.session_id == session_id)
-        .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
-        .limit(1)
-    )
-    row = (await conn.execute(query)).first()
-    return to_model(SessionSummary, row, conn.dialect.name) if row is not None else None
+    async def list_for_session(self, session_id: str) -> list[SessionSummary]:
+        query = (
+            select_rows(summaries, self.conn)
+            .where(summaries.c.session_id == session_id)
+            .order_by(*ORDER)
+        )
+        return to_models(SessionSummary, self.conn.dialect.name, await self.conn.execute(query))
 
+    async def latest(self, session_id: str) -> SessionSummary | None:
+        query = (
+            select_rows(summaries, self.conn)
+            .where(summaries.c.session_id == session_id)
+            .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
+            .limit(1)
+        )
+        row = (await self.conn.execute(query)).first()
+        return to_model(SessionSummary, row, self.conn.dialect.name) if row is not None else None
 
-async def text_lengths(conn: AsyncConnection, session_id: str) -> list[int]:
-    query = select(func.length(summaries.c.summary_text)).where(
-        summaries.c.session_id == session_id
-    )
-    return [int(n or 0) for n in (await conn.execute(query)).scalars()]
+    async def text_lengths(self, session_id: str) -> list[int]:
+        query = select(func.length(summaries.c.summary_text)).where(
+            summaries.c.session_id == session_id
+        )
+        return [int(n or 0) for n in (await self.conn.execute(query)).scalars()]
 
+    async def copy_to_session(
+        self,
+        *,
+        source_session_id: str,
+        target_session_id: str,
+        target_session_key: str,
+    ) -> int:
+        """Copy every summary, metadata intact, re-indexed from 0 in the original order."""
+        await lock_key(self.conn, target_session_id)
+        names = [c.name for c in summaries.columns if c.name != "id"]
+        base = (
+            select(func.coalesce(func.max(summaries.c.compaction_index), -1).label("base"))
+            .where(summaries.c.session_id == target_session_id)
+            .scalar_subquery()
+        )
+        position = func.row_number().over(order_by=list(ORDER))
+        values: list[Any] = []
+        for name in names:
+            column = summaries.c[name]
+            if name == "session_id":
+                values.append(literal(target_session_id, type_=column.type))
+            elif name == "session_key":
+                values.append(literal(target_session_key, type_=column.type))
+            elif name == "compaction_index":
+                values.append(base + position)
+            else:
+                values.append(column)
+        source = select(*values).where(summaries.c.session_id == source_session_id)
+        stmt = summaries.insert().from_select(names, source)
+        return int((await self.conn.execute(stmt)).rowcount)
 
-async def copy_to_session(
-    conn: AsyncConnection,
-    *,
-    source_session_id: str,
-    target_session_id: str,
-    target_session_key: str,
-) -> int:
-    """Copy every summary, metadata intact, re-indexed from 0 in the original order."""
-    await lock_key(conn, target_session_id)
-    names = [c.name for c in summaries.columns if c.name != "id"]
-    base = (
-        select(func.coalesce(func.max(summaries.c.compaction_index), -1).label("base"))
-        .where(summaries.c.session_id == target_session_id)
-        .scalar_subquery()
-    )
-    position = func.row_number().over(order_by=list(ORDER))
-    values: list[Any] = []
-    for name in names:
-        column = summaries.c[name]
-        if name == "session_id":
-            values.append(literal(target_session_id, type_=column.type))
-        elif name == "session_key":
-            values.append(literal(target_session_key, type_=column.type))
-        elif name == "compaction_index":
-            values.append(base + position)
-        else:
-            values.append(column)
-    source = select(*values).where(summaries.c.session_id == source_session_id)
-    stmt = summaries.insert().from_select(names, source)
-    return int((await conn.execute(stmt)).rowcount)
+    async def list_degraded(self, *, key_prefix: str | None, limit: int) -> list[SessionSummary]:
+        query = select_rows(summaries, self.conn).where(
+            summaries.c.flush_receipt_status.in_(DEGRADED_STATUSES)
+        )
+        if key_prefix is not None:
+            # An exact, case-sensitive prefix test with no wildcard characters to escape.
+            query = query.where(
+                func.substr(summaries.c.session_key, 1, len(key_prefix)) == key_prefix
+            )
+        query = query.order_by(summaries.c.created_at.asc(), summaries.c.id.asc()).limit(limit)
+        return to_models(SessionSummary, self.conn.dialect.name, await self.conn.execute(query))
 
+    async def set_flush_status(self, summary_id: int, status: str) -> int:
+        stmt = update(summaries).where(summaries.c.id == summary_id)
+        return int((await self.conn.execute(stmt.values(flush_receipt_status=status))).rowcount)
 
-async def list_degraded(
-    conn: AsyncConnection, *, key_prefix: str | None, limit: int
-) -> list[SessionSummary]:
-    query = select_rows(summaries, conn).where(
-        summaries.c.flush_receipt_status.in_(DEGRADED_STATUSES)
-    )
-    if key_prefix is not None:
-        # An exact, case-sensitive prefix test with no wildcard characters to escape.
-        query = query.where(func.substr(summaries.c.session_key, 1, len(key_prefix)) == key_prefix)
-    query = query.order_by(summaries.c.created_at.asc(), summaries.c.id.asc()).limit(limit)
-    return to_models(SessionSummary, conn.dialect.name, await conn.execute(query))
+    async def set_flush_status_by_compaction(
+        self, session_key: str, compaction_id: str, status: str
+    ) -> int:
+        stmt = update(summaries).where(
+            summaries.c.session_key == session_key, summaries.c.compaction_id == compaction_id
+        )
+        return int((await self.conn.execute(stmt.values(flush_receipt_status=status))).rowcount)
 
-
-async def set_flush_status(conn: AsyncConnection, summary_id: int, status: str) -> int:
-    stmt = update(summaries).where(summaries.c.id == summary_id)
-    return int((await conn.execute(stmt.values(flush_receipt_status=status))).rowcount)
-
-
-async def set_flush_status_by_compaction(
-    conn: AsyncConnection, session_key: str, compaction_id: str, status: str
-) -> int:
-    stmt = update(summaries).where(
-        summaries.c.session_key == session_key, summaries.c.compaction_id == compaction_id
-    )
-    return int((await conn.execute(stmt.values(flush_receipt_status=status))).rowcount)
-
-
-async def delete_for_session(conn: AsyncConnection, session_id: str) -> None:
-    await conn.execute(summaries.delete().where(summaries.c.session_id == session_id))
+    async def delete_for_session(self, session_id: str) -> None:
+        await self.conn.execute(summaries.delete().where(summaries.c.session_id == session_id))

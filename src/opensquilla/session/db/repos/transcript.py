@@ -13,190 +13,24 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Select,
-    Update,
-    bindparam,
     delete,
-    false,
     func,
     literal,
     select,
     tuple_,
     union_all,
-    update,
 )
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ...errors import InvalidInputError
-from ...models import INT64_MAX, CompactedTranscriptEntry, TranscriptEntry
+from ...models import CompactedTranscriptEntry, TranscriptEntry
 from ..rows import TRANSCRIPT_COLUMNS, read_columns, select_rows, to_models, values_of
 from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
 from ..tables import transcript_entries as live
+from .fenced_append import INSERT_COLUMNS, INSERT_ENTRY, append_and_touch, bound_row
 
 LIVE_ORDER = (live.c.created_at.asc(), live.c.id.asc())
-_INSERT_COLUMNS = [c for c in live.columns if c.name != "id"]
-
-
-def _bound_row(entry: TranscriptEntry) -> list[ColumnElement[Any]]:
-    """The entry's values as typed bind parameters, in table column order (without id)."""
-    data = entry.__dict__
-    return [literal(data[c.name], type_=c.type).label(c.name) for c in _INSERT_COLUMNS]
-
-
-def _fence(prefix: str = "fence_") -> ColumnElement[bool]:
-    """The session row of the generation an entry is fenced to: key, epoch and session id
-    (a session deleted and re-created under the same key starts again at epoch 0)."""
-    return (
-        (sessions.c.session_key == bindparam(prefix + "key"))
-        & (sessions.c.epoch == bindparam(prefix + "epoch"))
-        & (sessions.c.session_id == bindparam(prefix + "session_id"))
-    )
-
-
-# Prebuilt statements for the append hot path: built once, compiled once, bound per call.
-_INSERT_ENTRY = live.insert()
-_TOUCH = update(sessions).where(_fence()).values(updated_at=bindparam("touched_at"))
-# ``total_tokens`` must stay a 64-bit integer: SQLite would silently turn an overflowing sum
-# into a REAL, Postgres raise "bigint out of range". The fence therefore also requires room
-# for the delta (``tokens_ceiling`` = INT64_MAX - delta, computed in Python); a refused
-# fence is told apart from a stale one only on that (rare) path, see _refuse_overflow.
-_TOUCH_WITH_TOKENS = (
-    update(sessions)
-    .where(_fence() & (sessions.c.total_tokens <= bindparam("tokens_ceiling")))
-    .values(
-        updated_at=bindparam("touched_at"),
-        total_tokens=sessions.c.total_tokens + bindparam("token_delta"),
-        total_tokens_fresh=false(),
-    )
-)
-
-
-def _insert_from_fence(touch: Update) -> Any:
-    """INSERT fed by the fenced UPDATE as a CTE: Postgres appends in one statement."""
-    fence = touch.returning(sessions.c.session_key).cte("fence")
-    # Bind names must not be column names of `sessions`: the UPDATE would take them as SETs.
-    source = select(*(bindparam("v_" + c.name, type_=c.type) for c in _INSERT_COLUMNS)).select_from(
-        fence
-    )
-    return live.insert().from_select([c.name for c in _INSERT_COLUMNS], source).returning(live.c.id)
-
-
-_PG_APPEND = _insert_from_fence(_TOUCH)
-_PG_APPEND_WITH_TOKENS = _insert_from_fence(_TOUCH_WITH_TOKENS)
-
-
-def _fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
-    return {
-        "fence_key": entry.session_key,
-        "fence_epoch": expected_epoch,
-        "fence_session_id": entry.session_id,
-    }
-
-
-async def insert(conn: AsyncConnection, entry: TranscriptEntry) -> int:
-    result = await conn.execute(_INSERT_ENTRY, values_of(entry, live))
-    key = result.inserted_primary_key  # SQLite: the cursor's lastrowid, no extra fetch
-    assert key is not None
-    return int(key[0])
-
-
-async def insert_fenced(
-    conn: AsyncConnection, entry: TranscriptEntry, expected_epoch: int
-) -> int | None:
-    """Insert only while ``sessions`` holds this generation at exactly this epoch.
-
-    On Postgres the session row is read ``FOR SHARE``: a reset holding it makes this wait,
-    then see the new epoch and insert nothing.
-    """
-    source = (
-        select(*_bound_row(entry))
-        .where(
-            sessions.c.session_key == entry.session_key,
-            sessions.c.epoch == expected_epoch,
-            sessions.c.session_id == entry.session_id,
-        )
-        .with_for_update(read=True, of=sessions)
-    )
-    stmt = live.insert().from_select([c.name for c in _INSERT_COLUMNS], source)
-    value = (await conn.execute(stmt.returning(live.c.id))).scalar_one_or_none()
-    return int(value) if value is not None else None
-
-
-def append_and_touch(
-    conn: Connection,
-    entry: TranscriptEntry,
-    *,
-    expected_epoch: int,
-    now: int,
-    token_delta: int,
-) -> int | None:
-    """The manager's append: epoch fence, insert and session touch, atomically.
-
-    Synchronous, for ``AsyncConnection.run_sync``: the hot path then crosses into
-    SQLAlchemy's asyncio bridge once, not once per statement. Postgres: one statement (the
-    fenced UPDATE as a CTE feeding the INSERT), so it needs no transaction round trips.
-    SQLite: the fenced UPDATE, then the INSERT, inside the caller's write transaction.
-    ``None`` when the fence refused.
-    """
-    params = _fence_params(entry, expected_epoch)
-    params["touched_at"] = now
-    if token_delta:
-        if (
-            isinstance(token_delta, bool)
-            or not isinstance(token_delta, int)
-            or not 0 < token_delta <= INT64_MAX
-        ):
-            raise InvalidInputError(
-                f"token_delta must be an integer from 0 to {INT64_MAX}; nothing was written"
-            )
-        params["token_delta"] = token_delta
-        params["tokens_ceiling"] = INT64_MAX - token_delta
-    if conn.dialect.name == "postgresql":
-        params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
-        stmt = _PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND
-        value = conn.execute(stmt, params).scalar_one_or_none()
-        if value is None and token_delta:
-            _refuse_overflow(conn, params, token_delta)
-        return int(value) if value is not None else None
-    touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
-    if not conn.execute(touch, params).rowcount:
-        if token_delta:
-            _refuse_overflow(conn, params, token_delta)
-        return None
-    key = conn.execute(_INSERT_ENTRY, values_of(entry, live)).inserted_primary_key
-    assert key is not None
-    return int(key[0])
-
-
-def _refuse_overflow(conn: Connection, params: dict[str, Any], token_delta: int) -> None:
-    """After a refused fenced touch: raise when the generation is there but its
-    ``total_tokens`` has no room for ``token_delta``; return when the fence was stale."""
-    total = conn.execute(
-        select(sessions.c.total_tokens).where(_fence()),
-        {name: params[name] for name in ("fence_key", "fence_epoch", "fence_session_id")},
-    ).scalar_one_or_none()
-    if total is None:
-        return
-    raise InvalidInputError(
-        f"appending {token_delta} tokens would take total_tokens of {params['fence_key']} "
-        f"({total}) past {INT64_MAX}, the largest value it can hold; nothing was written"
-    )
-
-
-async def list_live(
-    conn: AsyncConnection, session_id: str, *, limit: int | None = None, offset: int = 0
-) -> list[TranscriptEntry]:
-    query = select_rows(live, conn).where(live.c.session_id == session_id).order_by(*LIVE_ORDER)
-    return to_models(
-        TranscriptEntry, conn.dialect.name, await conn.execute(_page(query, limit, offset))
-    )
-
-
-async def count_live(conn: AsyncConnection, session_id: str) -> int:
-    query = select(func.count()).select_from(live).where(live.c.session_id == session_id)
-    return int((await conn.execute(query)).scalar_one())
 
 
 def _archive_as_transcript(session_id: str, dialect_name: str) -> Select[Any]:
@@ -218,232 +52,11 @@ def canonical_query(session_id: str, dialect_name: str) -> Any:
     return merged.subquery("canonical")
 
 
-async def list_canonical(
-    conn: AsyncConnection, session_id: str, *, limit: int | None = None, offset: int = 0
-) -> list[TranscriptEntry]:
-    merged = canonical_query(session_id, conn.dialect.name)
-    query = select(merged).order_by(merged.c.created_at.asc(), merged.c.id.asc())
-    return to_models(
-        TranscriptEntry, conn.dialect.name, await conn.execute(_page(query, limit, offset))
-    )
-
-
-async def find_canonical_position(
-    conn: AsyncConnection, session_id: str, message_id: str
-) -> tuple[int, int] | None:
-    """``(created_at, id)`` of the first canonical row carrying ``message_id``."""
-    merged = canonical_query(session_id, conn.dialect.name)
-    query = (
-        select(merged.c.created_at, merged.c.id)
-        .where(merged.c.message_id == message_id)
-        .order_by(merged.c.created_at.asc(), merged.c.id.asc())
-        .limit(1)
-    )
-    row = (await conn.execute(query)).first()
-    return (int(row.created_at), int(row.id)) if row is not None else None
-
-
-async def token_sum_before(
-    conn: AsyncConnection, session_id: str, position: tuple[int, int] | None
-) -> int:
-    """Sum of ``token_count`` over canonical rows before ``position`` (live rows if None).
-
-    SQLite's ``sum()`` raises "integer overflow" past 64 bits (Postgres sums ``bigint`` as
-    ``numeric``); ``total()`` is its float sum, exact below 2**53 and never failing, which
-    is all a budget comparison needs.
-    """
-    add = func.total if conn.dialect.name == "sqlite" else func.sum
-    if position is None:
-        query = select(func.coalesce(add(live.c.token_count), 0)).where(
-            live.c.session_id == session_id
-        )
-    else:
-        merged = canonical_query(session_id, conn.dialect.name)
-        query = select(func.coalesce(add(merged.c.token_count), 0)).where(
-            tuple_(merged.c.created_at, merged.c.id) < tuple_(*position)
-        )
-    return int((await conn.execute(query)).scalar_one())
-
-
-async def copy_to_session(
-    conn: AsyncConnection,
-    *,
-    source_session_id: str,
-    target_session_id: str,
-    target_session_key: str,
-    before: tuple[int, int] | None,
-) -> int:
-    """Copy transcript rows into another session's live transcript with one statement.
-
-    ``before=None`` copies the source's live rows; otherwise the canonical rows (archive
-    included) strictly before that position. Copies get new ids (in order) and fresh
-    message ids; every other column is kept.
-    """
-    if before is None:
-        rows = (
-            select(*(live.c[name] for name in TRANSCRIPT_COLUMNS))
-            .where(live.c.session_id == source_session_id)
-            .subquery("source")
-        )
-    else:
-        merged = canonical_query(source_session_id, conn.dialect.name)
-        rows = (
-            select(merged)
-            .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
-            .subquery("source")
-        )
-    values: list[Any] = []
-    for column in _INSERT_COLUMNS:
-        if column.name == "session_id":
-            values.append(literal(target_session_id, type_=column.type))
-        elif column.name == "session_key":
-            values.append(literal(target_session_key, type_=column.type))
-        elif column.name == "message_id":
-            values.append(new_uuid(conn.dialect))
-        else:
-            values.append(rows.c[column.name])
-    source = select(*values).order_by(rows.c.created_at.asc(), rows.c.id.asc())
-    stmt = live.insert().from_select([c.name for c in _INSERT_COLUMNS], source)
-    return int((await conn.execute(stmt)).rowcount)
-
-
-async def copy_archive_to_session(
-    conn: AsyncConnection,
-    *,
-    source_session_id: str,
-    target_session_id: str,
-    target_session_key: str,
-) -> int:
-    """Copy the whole compacted archive; every column but the owner and row id is kept."""
-    names = [c.name for c in archive.columns if c.name != "id"]
-    values: list[Any] = []
-    for name in names:
-        if name == "session_id":
-            values.append(literal(target_session_id, type_=archive.c.session_id.type))
-        elif name == "session_key":
-            values.append(literal(target_session_key, type_=archive.c.session_key.type))
-        else:
-            values.append(archive.c[name])
-    source = (
-        select(*values)
-        .where(archive.c.session_id == source_session_id)
-        .order_by(archive.c.id.asc())
-    )
-    stmt = archive.insert().from_select(names, source)
-    return int((await conn.execute(stmt)).rowcount)
-
-
-async def list_archive(
-    conn: AsyncConnection, session_id: str, *, compaction_id: str | None = None
-) -> list[CompactedTranscriptEntry]:
-    query = select_rows(archive, conn).where(archive.c.session_id == session_id)
-    if compaction_id is not None:
-        query = query.where(archive.c.compaction_id == compaction_id)
-    query = query.order_by(
-        archive.c.created_at.asc(), archive.c.original_entry_id.asc(), archive.c.id.asc()
-    )
-    return to_models(CompactedTranscriptEntry, conn.dialect.name, await conn.execute(query))
-
-
-async def insert_archive_rows(
-    conn: AsyncConnection, rows: Sequence[CompactedTranscriptEntry]
-) -> None:
-    if rows:
-        await conn.execute(archive.insert(), [values_of(row, archive) for row in rows])
-
-
-async def delete_live(conn: AsyncConnection, session_id: str) -> None:
-    await conn.execute(delete(live).where(live.c.session_id == session_id))
-
-
-async def delete_all_archive(conn: AsyncConnection, session_id: str) -> None:
-    await conn.execute(delete(archive).where(archive.c.session_id == session_id))
-
-
-async def delete_all(conn: AsyncConnection, session_id: str) -> None:
-    """Live rows and the compacted archive of one generation."""
-    await delete_live(conn, session_id)
-    await delete_all_archive(conn, session_id)
-
-
-async def delete_live_except_last(conn: AsyncConnection, session_id: str, keep: int) -> int:
-    """Delete the live rows of ``session_id`` but the newest ``keep`` (ids stay stable)."""
-    newest = (
-        select(live.c.id)
-        .where(live.c.session_id == session_id)
-        .order_by(live.c.created_at.desc(), live.c.id.desc())
-        .limit(keep)
-    ).scalar_subquery()
-    stmt = delete(live).where(live.c.session_id == session_id)
-    if keep > 0:
-        stmt = stmt.where(live.c.id.not_in(newest))
-    return int((await conn.execute(stmt)).rowcount)
-
-
-async def live_positions(conn: AsyncConnection, session_id: str) -> list[tuple[int, int]]:
-    """``(id, created_at)`` of every live row in transcript order: the preimage a compaction
-    compares. Transcript rows are never updated in place, so their ids determine them."""
-    query = select(live.c.id, live.c.created_at).where(live.c.session_id == session_id)
-    rows = await conn.execute(query.order_by(*LIVE_ORDER))
-    return [(int(row.id), int(row.created_at)) for row in rows]
-
-
 def _through(session_id: str, boundary: tuple[int, int]) -> ColumnElement[bool]:
     """Live rows of ``session_id`` up to and including ``boundary`` = (created_at, id)."""
     return (live.c.session_id == session_id) & (
         tuple_(live.c.created_at, live.c.id) <= tuple_(*boundary)
     )
-
-
-async def archive_prefix(
-    conn: AsyncConnection,
-    *,
-    session_id: str,
-    session_key: str,
-    boundary: tuple[int, int],
-    compaction_id: str | None,
-    compaction_index: int | None,
-    archived_at: int,
-) -> int:
-    """Copy the live rows up to ``boundary`` into the compacted archive (one statement);
-    each keeps every payload column and records its live id as ``original_entry_id``."""
-    names = [c.name for c in archive.columns if c.name != "id"]
-    fixed: dict[str, Any] = {
-        "session_id": session_id,
-        "session_key": session_key,
-        "compaction_id": compaction_id,
-        "compaction_index": compaction_index,
-        "archived_at": archived_at,
-    }
-    values: list[Any] = []
-    for name in names:
-        if name in fixed:
-            values.append(literal(fixed[name], type_=archive.c[name].type))
-        elif name == "original_entry_id":
-            values.append(live.c.id)
-        else:
-            values.append(live.c[name])
-    source = select(*values).where(_through(session_id, boundary)).order_by(*LIVE_ORDER)
-    stmt = archive.insert().from_select(names, source)
-    return int((await conn.execute(stmt)).rowcount)
-
-
-async def delete_prefix(conn: AsyncConnection, session_id: str, boundary: tuple[int, int]) -> int:
-    stmt = delete(live).where(_through(session_id, boundary))
-    return int((await conn.execute(stmt)).rowcount)
-
-
-async def delete_ids(conn: AsyncConnection, session_id: str, ids: Sequence[int]) -> int:
-    if not ids:
-        return 0
-    stmt = delete(live).where(live.c.session_id == session_id, live.c.id.in_(list(ids)))
-    return int((await conn.execute(stmt)).rowcount)
-
-
-async def insert_many(conn: AsyncConnection, entries: Sequence[TranscriptEntry]) -> None:
-    """Insert in order; each entry gets its id."""
-    for entry in entries:
-        entry.id = await insert(conn, entry)
 
 
 def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
@@ -454,27 +67,274 @@ def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
     return query
 
 
-__all__ = [
-    "append_and_touch",
-    "archive_prefix",
-    "canonical_query",
-    "copy_archive_to_session",
-    "copy_to_session",
-    "count_live",
-    "delete_all",
-    "delete_all_archive",
-    "delete_ids",
-    "delete_live",
-    "delete_live_except_last",
-    "delete_prefix",
-    "find_canonical_position",
-    "insert",
-    "insert_archive_rows",
-    "insert_fenced",
-    "insert_many",
-    "list_archive",
-    "list_canonical",
-    "list_live",
-    "live_positions",
-    "token_sum_before",
-]
+class TranscriptRepository:
+    """The live transcript and the compacted archive; bound to one connection, never commits."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def append_and_touch(
+        self, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
+    ) -> int | None:
+        """The manager's append (see ``append_and_touch``): the new row id, or ``None``
+        when the fence refused."""
+        return await self.conn.run_sync(
+            append_and_touch,
+            entry,
+            expected_epoch=expected_epoch,
+            now=now,
+            token_delta=token_delta,
+        )
+
+    async def insert(self, entry: TranscriptEntry) -> int:
+        result = await self.conn.execute(INSERT_ENTRY, values_of(entry, live))
+        key = result.inserted_primary_key  # SQLite: the cursor's lastrowid, no extra fetch
+        assert key is not None
+        return int(key[0])
+
+    async def insert_fenced(self, entry: TranscriptEntry, expected_epoch: int) -> int | None:
+        """Insert only while ``sessions`` holds this generation at exactly this epoch.
+
+        On Postgres the session row is read ``FOR SHARE``: a reset holding it makes this wait,
+        then see the new epoch and insert nothing.
+        """
+        source = (
+            select(*bound_row(entry))
+            .where(
+                sessions.c.session_key == entry.session_key,
+                sessions.c.epoch == expected_epoch,
+                sessions.c.session_id == entry.session_id,
+            )
+            .with_for_update(read=True, of=sessions)
+        )
+        stmt = live.insert().from_select([c.name for c in INSERT_COLUMNS], source)
+        value = (await self.conn.execute(stmt.returning(live.c.id))).scalar_one_or_none()
+        return int(value) if value is not None else None
+
+    async def list_live(
+        self, session_id: str, *, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        query = (
+            select_rows(live, self.conn)
+            .where(live.c.session_id == session_id)
+            .order_by(*LIVE_ORDER)
+        )
+        return to_models(
+            TranscriptEntry,
+            self.conn.dialect.name,
+            await self.conn.execute(_page(query, limit, offset)),
+        )
+
+    async def count_live(self, session_id: str) -> int:
+        query = select(func.count()).select_from(live).where(live.c.session_id == session_id)
+        return int((await self.conn.execute(query)).scalar_one())
+
+    async def list_canonical(
+        self, session_id: str, *, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        merged = canonical_query(session_id, self.conn.dialect.name)
+        query = select(merged).order_by(merged.c.created_at.asc(), merged.c.id.asc())
+        return to_models(
+            TranscriptEntry,
+            self.conn.dialect.name,
+            await self.conn.execute(_page(query, limit, offset)),
+        )
+
+    async def find_canonical_position(
+        self, session_id: str, message_id: str
+    ) -> tuple[int, int] | None:
+        """``(created_at, id)`` of the first canonical row carrying ``message_id``."""
+        merged = canonical_query(session_id, self.conn.dialect.name)
+        query = (
+            select(merged.c.created_at, merged.c.id)
+            .where(merged.c.message_id == message_id)
+            .order_by(merged.c.created_at.asc(), merged.c.id.asc())
+            .limit(1)
+        )
+        row = (await self.conn.execute(query)).first()
+        return (int(row.created_at), int(row.id)) if row is not None else None
+
+    async def token_sum_before(self, session_id: str, position: tuple[int, int] | None) -> int:
+        """Sum of ``token_count`` over canonical rows before ``position`` (live rows if None).
+
+        SQLite's ``sum()`` raises "integer overflow" past 64 bits (Postgres sums ``bigint`` as
+        ``numeric``); ``total()`` is its float sum, exact below 2**53 and never failing, which
+        is all a budget comparison needs.
+        """
+        add = func.total if self.conn.dialect.name == "sqlite" else func.sum
+        if position is None:
+            query = select(func.coalesce(add(live.c.token_count), 0)).where(
+                live.c.session_id == session_id
+            )
+        else:
+            merged = canonical_query(session_id, self.conn.dialect.name)
+            query = select(func.coalesce(add(merged.c.token_count), 0)).where(
+                tuple_(merged.c.created_at, merged.c.id) < tuple_(*position)
+            )
+        return int((await self.conn.execute(query)).scalar_one())
+
+    async def copy_to_session(
+        self,
+        *,
+        source_session_id: str,
+        target_session_id: str,
+        target_session_key: str,
+        before: tuple[int, int] | None,
+    ) -> int:
+        """Copy transcript rows into another session's live transcript with one statement.
+
+        ``before=None`` copies the source's live rows; otherwise the canonical rows (archive
+        included) strictly before that position. Copies get new ids (in order) and fresh
+        message ids; every other column is kept.
+        """
+        if before is None:
+            rows = (
+                select(*(live.c[name] for name in TRANSCRIPT_COLUMNS))
+                .where(live.c.session_id == source_session_id)
+                .subquery("source")
+            )
+        else:
+            merged = canonical_query(source_session_id, self.conn.dialect.name)
+            rows = (
+                select(merged)
+                .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
+                .subquery("source")
+            )
+        values: list[Any] = []
+        for column in INSERT_COLUMNS:
+            if column.name == "session_id":
+                values.append(literal(target_session_id, type_=column.type))
+            elif column.name == "session_key":
+                values.append(literal(target_session_key, type_=column.type))
+            elif column.name == "message_id":
+                values.append(new_uuid(self.conn.dialect))
+            else:
+                values.append(rows.c[column.name])
+        source = select(*values).order_by(rows.c.created_at.asc(), rows.c.id.asc())
+        stmt = live.insert().from_select([c.name for c in INSERT_COLUMNS], source)
+        return int((await self.conn.execute(stmt)).rowcount)
+
+    async def copy_archive_to_session(
+        self,
+        *,
+        source_session_id: str,
+        target_session_id: str,
+        target_session_key: str,
+    ) -> int:
+        """Copy the whole compacted archive; every column but the owner and row id is kept."""
+        names = [c.name for c in archive.columns if c.name != "id"]
+        values: list[Any] = []
+        for name in names:
+            if name == "session_id":
+                values.append(literal(target_session_id, type_=archive.c.session_id.type))
+            elif name == "session_key":
+                values.append(literal(target_session_key, type_=archive.c.session_key.type))
+            else:
+                values.append(archive.c[name])
+        source = (
+            select(*values)
+            .where(archive.c.session_id == source_session_id)
+            .order_by(archive.c.id.asc())
+        )
+        stmt = archive.insert().from_select(names, source)
+        return int((await self.conn.execute(stmt)).rowcount)
+
+    async def list_archive(
+        self, session_id: str, *, compaction_id: str | None = None
+    ) -> list[CompactedTranscriptEntry]:
+        query = select_rows(archive, self.conn).where(archive.c.session_id == session_id)
+        if compaction_id is not None:
+            query = query.where(archive.c.compaction_id == compaction_id)
+        query = query.order_by(
+            archive.c.created_at.asc(), archive.c.original_entry_id.asc(), archive.c.id.asc()
+        )
+        return to_models(
+            CompactedTranscriptEntry, self.conn.dialect.name, await self.conn.execute(query)
+        )
+
+    async def insert_archive_rows(self, rows: Sequence[CompactedTranscriptEntry]) -> None:
+        if rows:
+            await self.conn.execute(archive.insert(), [values_of(row, archive) for row in rows])
+
+    async def delete_live(self, session_id: str) -> None:
+        await self.conn.execute(delete(live).where(live.c.session_id == session_id))
+
+    async def delete_all_archive(self, session_id: str) -> None:
+        await self.conn.execute(delete(archive).where(archive.c.session_id == session_id))
+
+    async def delete_all(self, session_id: str) -> None:
+        """Live rows and the compacted archive of one generation."""
+        await self.delete_live(session_id)
+        await self.delete_all_archive(session_id)
+
+    async def delete_live_except_last(self, session_id: str, keep: int) -> int:
+        """Delete the live rows of ``session_id`` but the newest ``keep`` (ids stay stable)."""
+        newest = (
+            select(live.c.id)
+            .where(live.c.session_id == session_id)
+            .order_by(live.c.created_at.desc(), live.c.id.desc())
+            .limit(keep)
+        ).scalar_subquery()
+        stmt = delete(live).where(live.c.session_id == session_id)
+        if keep > 0:
+            stmt = stmt.where(live.c.id.not_in(newest))
+        return int((await self.conn.execute(stmt)).rowcount)
+
+    async def live_positions(self, session_id: str) -> list[tuple[int, int]]:
+        """``(id, created_at)`` of every live row in transcript order: the preimage a compaction
+        compares. Transcript rows are never updated in place, so their ids determine them."""
+        query = select(live.c.id, live.c.created_at).where(live.c.session_id == session_id)
+        rows = await self.conn.execute(query.order_by(*LIVE_ORDER))
+        return [(int(row.id), int(row.created_at)) for row in rows]
+
+    async def archive_prefix(
+        self,
+        *,
+        session_id: str,
+        session_key: str,
+        boundary: tuple[int, int],
+        compaction_id: str | None,
+        compaction_index: int | None,
+        archived_at: int,
+    ) -> int:
+        """Copy the live rows up to ``boundary`` into the compacted archive (one statement);
+        each keeps every payload column and records its live id as ``original_entry_id``."""
+        names = [c.name for c in archive.columns if c.name != "id"]
+        fixed: dict[str, Any] = {
+            "session_id": session_id,
+            "session_key": session_key,
+            "compaction_id": compaction_id,
+            "compaction_index": compaction_index,
+            "archived_at": archived_at,
+        }
+        values: list[Any] = []
+        for name in names:
+            if name in fixed:
+                values.append(literal(fixed[name], type_=archive.c[name].type))
+            elif name == "original_entry_id":
+                values.append(live.c.id)
+            else:
+                values.append(live.c[name])
+        source = select(*values).where(_through(session_id, boundary)).order_by(*LIVE_ORDER)
+        stmt = archive.insert().from_select(names, source)
+        return int((await self.conn.execute(stmt)).rowcount)
+
+    async def delete_prefix(self, session_id: str, boundary: tuple[int, int]) -> int:
+        stmt = delete(live).where(_through(session_id, boundary))
+        return int((await self.conn.execute(stmt)).rowcount)
+
+    async def delete_ids(self, session_id: str, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        stmt = delete(live).where(live.c.session_id == session_id, live.c.id.in_(list(ids)))
+        return int((await self.conn.execute(stmt)).rowcount)
+
+    async def insert_many(self, entries: Sequence[TranscriptEntry]) -> None:
+        """Insert in order; each entry gets its id."""
+        for entry in entries:
+            entry.id = await self.insert(entry)
+
+
+__all__ = ["TranscriptRepository", "canonical_query"]

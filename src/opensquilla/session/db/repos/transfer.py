@@ -17,23 +17,12 @@ from sqlalchemy.dialects.postgresql import REGCLASS
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from ...operations import CHILD_TABLES, ColumnKind, SessionRows, TableLayout
+from ...models.reports import ColumnKind, SessionRows, TableLayout
 from ..sql import is_postgres
-from ..tables import (
-    compacted_transcript_entries,
-    session_context_states,
-    session_summaries,
-    sessions,
-    transcript_entries,
-)
+from ..tables import CHILD_TABLES, sessions
+from ..tables import TABLES as _ALL
 
-TABLES: dict[str, Table] = {
-    "sessions": sessions,
-    "transcript_entries": transcript_entries,
-    "compacted_transcript_entries": compacted_transcript_entries,
-    "session_summaries": session_summaries,
-    "session_context_states": session_context_states,
-}
+TABLES: dict[str, Table] = {table.name: table for table in _ALL}
 
 
 def _kind(type_: TypeEngine[Any]) -> ColumnKind:
@@ -60,78 +49,11 @@ def table_layout() -> TableLayout:
     }
 
 
-async def all_session_keys(conn: AsyncConnection) -> list[str]:
-    return list((await conn.execute(select(sessions.c.session_key))).scalars())
-
-
-async def existing_keys(conn: AsyncConnection, keys: Sequence[str]) -> set[str]:
-    if not keys:
-        return set()
-    query = select(sessions.c.session_key).where(sessions.c.session_key.in_(list(keys)))
-    return set((await conn.execute(query)).scalars())
-
-
-async def read_rows(conn: AsyncConnection, keys: Sequence[str]) -> list[SessionRows]:
-    """The sessions with these keys (missing keys are left out), in the order asked, each
-    with its child rows in ``id`` order: five statements however many keys."""
-    if not keys:
-        return []
-    wanted = list(dict.fromkeys(keys))
-    query = select(sessions).where(sessions.c.session_key.in_(wanted))
-    found = {row.session_key: dict(row._mapping) for row in await conn.execute(query)}
-    bundles = {key: SessionRows(session=found[key]) for key in wanted if key in found}
-    for name in CHILD_TABLES:
-        table = TABLES[name]
-        for bundle in bundles.values():
-            bundle.children[name] = []
-        if not bundles:
-            continue
-        query = (
-            select(table)
-            .where(table.c.session_key.in_(list(bundles)))
-            .order_by(table.c.session_key, table.c.id)
-        )
-        for row in await conn.execute(query):
-            bundles[row.session_key].children[name].append(dict(row._mapping))
-    return list(bundles.values())
-
-
 @functools.cache
 def _session_insert(dialect_name: str) -> Any:
     # Built once per dialect, values passed at execution: SQLAlchemy then compiles it once.
     stmt = postgresql.insert(sessions) if dialect_name == "postgresql" else sqlite.insert(sessions)
     return stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_key])
-
-
-async def insert_session(conn: AsyncConnection, values: dict[str, Any]) -> bool:
-    """Insert the session row as given; ``False`` (nothing written) when the key is taken."""
-    result = await conn.execute(_session_insert(conn.dialect.name), values)
-    return bool(result.rowcount)
-
-
-async def insert_children(conn: AsyncConnection, bundle: SessionRows) -> list[str]:
-    """Insert the child rows with their ids; the tables that received rows."""
-    filled: list[str] = []
-    for name in CHILD_TABLES:
-        rows = bundle.rows(name)
-        if rows:
-            await conn.execute(TABLES[name].insert(), rows)
-            filled.append(name)
-    return filled
-
-
-async def advance_sequences(conn: AsyncConnection, table_names: Iterable[str]) -> None:
-    """Postgres: move each table's id sequence past the largest id in the table.
-
-    The sequence only ever moves forward (``GREATEST`` with its current value), so ids that
-    concurrent writers already drew stay unused by later inserts. No-op on SQLite, where an
-    ``AUTOINCREMENT`` table records explicit ids in ``sqlite_sequence`` by itself.
-    """
-    if not is_postgres(conn):
-        return
-    names = tuple(name for name in CHILD_TABLES if name in set(table_names))
-    if names:
-        await conn.execute(_advance_statement(names))
 
 
 @functools.cache
@@ -155,32 +77,98 @@ def _chunks(values: Sequence[Any]) -> Iterable[list[Any]]:
         yield list(values[start : start + _LOOKUP_CHUNK])
 
 
-async def ids_in_use(conn: AsyncConnection, table_name: str, ids: Sequence[int]) -> dict[int, str]:
-    """Which of these ids ``table_name`` (a child table) already holds, each with the key
-    its row is stored under. An index probe per id (the primary key)."""
-    table = TABLES[table_name]
-    found: dict[int, str] = {}
-    for chunk in _chunks(sorted(set(ids))):
-        query = select(table.c.id, table.c.session_key).where(table.c.id.in_(chunk))
-        for row in await conn.execute(query):
-            found[int(row.id)] = str(row.session_key)
-    return found
+class TransferRepository:
+    """Whole sessions as raw rows (export, import, copy); bound to one connection, never commits."""
 
+    __slots__ = ("conn",)
 
-async def generation_holders(
-    conn: AsyncConnection, session_ids: Sequence[str]
-) -> dict[str, set[str]]:
-    """For each of these session ids that is in use: the keys holding it, as the current
-    generation of a session or on rows stored under a key (every table has an index on
-    ``session_id``, since the unique constraint on ``sessions`` has one too)."""
-    holders: dict[str, set[str]] = {}
-    for chunk in _chunks(sorted(set(session_ids))):
-        for table in TABLES.values():
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def all_session_keys(self) -> list[str]:
+        return list((await self.conn.execute(select(sessions.c.session_key))).scalars())
+
+    async def existing_keys(self, keys: Sequence[str]) -> set[str]:
+        if not keys:
+            return set()
+        query = select(sessions.c.session_key).where(sessions.c.session_key.in_(list(keys)))
+        return set((await self.conn.execute(query)).scalars())
+
+    async def read_rows(self, keys: Sequence[str]) -> list[SessionRows]:
+        """The sessions with these keys (missing keys are left out), in the order asked, each
+        with its child rows in ``id`` order: five statements however many keys."""
+        if not keys:
+            return []
+        wanted = list(dict.fromkeys(keys))
+        query = select(sessions).where(sessions.c.session_key.in_(wanted))
+        found = {row.session_key: dict(row._mapping) for row in await self.conn.execute(query)}
+        bundles = {key: SessionRows(session=found[key]) for key in wanted if key in found}
+        for name in CHILD_TABLES:
+            table = TABLES[name]
+            for bundle in bundles.values():
+                bundle.children[name] = []
+            if not bundles:
+                continue
             query = (
-                select(table.c.session_id, table.c.session_key)
-                .where(table.c.session_id.in_(chunk))
-                .distinct()
+                select(table)
+                .where(table.c.session_key.in_(list(bundles)))
+                .order_by(table.c.session_key, table.c.id)
             )
-            for row in await conn.execute(query):
-                holders.setdefault(str(row.session_id), set()).add(str(row.session_key))
-    return holders
+            for row in await self.conn.execute(query):
+                bundles[row.session_key].children[name].append(dict(row._mapping))
+        return list(bundles.values())
+
+    async def insert_session(self, values: dict[str, Any]) -> bool:
+        """Insert the session row as given; ``False`` (nothing written) when the key is taken."""
+        result = await self.conn.execute(_session_insert(self.conn.dialect.name), values)
+        return bool(result.rowcount)
+
+    async def insert_children(self, bundle: SessionRows) -> list[str]:
+        """Insert the child rows with their ids; the tables that received rows."""
+        filled: list[str] = []
+        for name in CHILD_TABLES:
+            rows = bundle.rows(name)
+            if rows:
+                await self.conn.execute(TABLES[name].insert(), rows)
+                filled.append(name)
+        return filled
+
+    async def advance_sequences(self, table_names: Iterable[str]) -> None:
+        """Postgres: move each table's id sequence past the largest id in the table.
+
+        The sequence only ever moves forward (``GREATEST`` with its current value), so ids that
+        concurrent writers already drew stay unused by later inserts. No-op on SQLite, where an
+        ``AUTOINCREMENT`` table records explicit ids in ``sqlite_sequence`` by itself.
+        """
+        if not is_postgres(self.conn):
+            return
+        names = tuple(name for name in CHILD_TABLES if name in set(table_names))
+        if names:
+            await self.conn.execute(_advance_statement(names))
+
+    async def ids_in_use(self, table_name: str, ids: Sequence[int]) -> dict[int, str]:
+        """Which of these ids ``table_name`` (a child table) already holds, each with the key
+        its row is stored under. An index probe per id (the primary key)."""
+        table = TABLES[table_name]
+        found: dict[int, str] = {}
+        for chunk in _chunks(sorted(set(ids))):
+            query = select(table.c.id, table.c.session_key).where(table.c.id.in_(chunk))
+            for row in await self.conn.execute(query):
+                found[int(row.id)] = str(row.session_key)
+        return found
+
+    async def generation_holders(self, session_ids: Sequence[str]) -> dict[str, set[str]]:
+        """For each of these session ids that is in use: the keys holding it, as the current
+        generation of a session or on rows stored under a key (every table has an index on
+        ``session_id``, since the unique constraint on ``sessions`` has one too)."""
+        holders: dict[str, set[str]] = {}
+        for chunk in _chunks(sorted(set(session_ids))):
+            for table in TABLES.values():
+                query = (
+                    select(table.c.session_id, table.c.session_key)
+                    .where(table.c.session_id.in_(chunk))
+                    .distinct()
+                )
+                for row in await self.conn.execute(query):
+                    holders.setdefault(str(row.session_id), set()).add(str(row.session_key))
+        return holders

@@ -1,0 +1,138 @@
+"""The fenced append, the hot path of every turn (docs/semantics.md#fencing).
+
+An append carries the generation it was meant for: the session row must still hold that
+key, epoch and session id, and the insert and the session touch (``updated_at``,
+``total_tokens + delta``) happen together or not at all. The statements are built once,
+compiled once and bound per call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, Update, bindparam, false, literal, select, update
+from sqlalchemy.engine import Connection
+
+from ...errors import InvalidInputError
+from ...models import INT64_MAX, TranscriptEntry
+from ..rows import values_of
+from ..tables import sessions
+from ..tables import transcript_entries as live
+
+INSERT_COLUMNS = [c for c in live.columns if c.name != "id"]
+
+
+def bound_row(entry: TranscriptEntry) -> list[ColumnElement[Any]]:
+    """The entry's values as typed bind parameters, in table column order (without id)."""
+    data = entry.__dict__
+    return [literal(data[c.name], type_=c.type).label(c.name) for c in INSERT_COLUMNS]
+
+
+def fence(prefix: str = "fence_") -> ColumnElement[bool]:
+    """The session row of the generation an entry is fenced to: key, epoch and session id
+    (a session deleted and re-created under the same key starts again at epoch 0)."""
+    return (
+        (sessions.c.session_key == bindparam(prefix + "key"))
+        & (sessions.c.epoch == bindparam(prefix + "epoch"))
+        & (sessions.c.session_id == bindparam(prefix + "session_id"))
+    )
+
+
+INSERT_ENTRY = live.insert()
+_TOUCH = update(sessions).where(fence()).values(updated_at=bindparam("touched_at"))
+# ``total_tokens`` must stay a 64-bit integer: SQLite would silently turn an overflowing sum
+# into a REAL, Postgres raise "bigint out of range". The fence therefore also requires room
+# for the delta (``tokens_ceiling`` = INT64_MAX - delta, computed in Python); a refused
+# fence is told apart from a stale one only on that (rare) path, see _refuse_overflow.
+_TOUCH_WITH_TOKENS = (
+    update(sessions)
+    .where(fence() & (sessions.c.total_tokens <= bindparam("tokens_ceiling")))
+    .values(
+        updated_at=bindparam("touched_at"),
+        total_tokens=sessions.c.total_tokens + bindparam("token_delta"),
+        total_tokens_fresh=false(),
+    )
+)
+
+
+def _insert_from_fence(touch: Update) -> Any:
+    """INSERT fed by the fenced UPDATE as a CTE: Postgres appends in one statement."""
+    fence = touch.returning(sessions.c.session_key).cte("fence")
+    # Bind names must not be column names of `sessions`: the UPDATE would take them as SETs.
+    source = select(*(bindparam("v_" + c.name, type_=c.type) for c in INSERT_COLUMNS)).select_from(
+        fence
+    )
+    return live.insert().from_select([c.name for c in INSERT_COLUMNS], source).returning(live.c.id)
+
+
+_PG_APPEND = _insert_from_fence(_TOUCH)
+_PG_APPEND_WITH_TOKENS = _insert_from_fence(_TOUCH_WITH_TOKENS)
+
+
+def fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
+    return {
+        "fence_key": entry.session_key,
+        "fence_epoch": expected_epoch,
+        "fence_session_id": entry.session_id,
+    }
+
+
+def append_and_touch(
+    conn: Connection,
+    entry: TranscriptEntry,
+    *,
+    expected_epoch: int,
+    now: int,
+    token_delta: int,
+) -> int | None:
+    """The manager's append: epoch fence, insert and session touch, atomically.
+
+    Synchronous, for ``AsyncConnection.run_sync``: the hot path then crosses into
+    SQLAlchemy's asyncio bridge once, not once per statement. Postgres: one statement (the
+    fenced UPDATE as a CTE feeding the INSERT), so it needs no transaction round trips.
+    SQLite: the fenced UPDATE, then the INSERT, inside the caller's write transaction.
+    ``None`` when the fence refused.
+    """
+    params = fence_params(entry, expected_epoch)
+    params["touched_at"] = now
+    if token_delta:
+        if (
+            isinstance(token_delta, bool)
+            or not isinstance(token_delta, int)
+            or not 0 < token_delta <= INT64_MAX
+        ):
+            raise InvalidInputError(
+                f"token_delta must be an integer from 0 to {INT64_MAX}; nothing was written"
+            )
+        params["token_delta"] = token_delta
+        params["tokens_ceiling"] = INT64_MAX - token_delta
+    if conn.dialect.name == "postgresql":
+        params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
+        stmt = _PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND
+        value = conn.execute(stmt, params).scalar_one_or_none()
+        if value is None and token_delta:
+            _refuse_overflow(conn, params, token_delta)
+        return int(value) if value is not None else None
+    touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
+    if not conn.execute(touch, params).rowcount:
+        if token_delta:
+            _refuse_overflow(conn, params, token_delta)
+        return None
+    key = conn.execute(INSERT_ENTRY, values_of(entry, live)).inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _refuse_overflow(conn: Connection, params: dict[str, Any], token_delta: int) -> None:
+    """After a refused fenced touch: raise when the generation is there but its
+    ``total_tokens`` has no room for ``token_delta``; return when the fence was stale."""
+    total = conn.execute(
+        select(sessions.c.total_tokens).where(fence()),
+        {name: params[name] for name in ("fence_key", "fence_epoch", "fence_session_id")},
+    ).scalar_one_or_none()
+    if total is None:
+        return
+    raise InvalidInputError(
+        f"appending {token_delta} tokens would take total_tokens of {params['fence_key']} "
+        f"({total}) past {INT64_MAX}, the largest value it can hold; nothing was written"
+    )
