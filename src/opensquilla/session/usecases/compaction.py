@@ -1,8 +1,9 @@
-"""Compaction use cases: read, plan, summarise outside any transaction, commit atomically.
+"""Compaction: read, plan, summarise outside any transaction, commit atomically.
 
 The pure engine (``compaction/``) decides; this module does the I/O around it. The write is
-``SessionStorage.rewrite_compacted_session``, which re-checks the transcript inside its own
-transaction, so an append that lands while a chunk is being summarised is never lost.
+:func:`.compaction_commit.rewrite_compacted_session`, which re-checks the transcript inside
+its own transaction, so an append that lands while a chunk is being summarised is never
+lost (docs/semantics.md#compaction).
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from .clock import new_compaction_id, now_ms
-from .compaction import (
+from ..compaction import (
     CompactionConfig,
     CompactionPlan,
     CompactionRequest,
@@ -26,63 +26,35 @@ from .compaction import (
     normalize_instructions,
     plan_compaction,
 )
-from .compaction.obligations import check_coverage, extract_obligations
-from .compaction.payload import build_payload
-from .compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
-from .errors import InvalidInputError, SessionNotFoundError
-from .keys import canonicalize_session_key
-from .models import (
+from ..compaction.obligations import check_coverage, extract_obligations
+from ..compaction.payload import build_payload
+from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
+from ..errors import InvalidInputError, SessionNotFoundError
+from ..keys import canonicalize_session_key
+from ..models import (
     COMPACTION_ID_MAX_LENGTH,
     INT32_MAX,
     INT64_MAX,
-    SessionContextState,
     SessionNode,
     SessionSummary,
     TranscriptEntry,
     check_optional_text,
 )
-from .storage import SessionStorage
+from ..storage import SessionStorage
+from ..support.clock import new_compaction_id, now_ms
+from .compaction_commit import rewrite_compacted_session
 
 log = logging.getLogger(__name__)
 
 MutationContext = Callable[[], AbstractAsyncContextManager[Any]]
-PORTABLE_STATE_KIND = "structured_summary_v1"
 DEGRADED = "degraded_forensic"
 
 
 def flush_status(value: str | None) -> str:
-    """The stored flush-receipt status (SEMANTICS §10.2)."""
+    """The stored flush-receipt status (docs/semantics.md#repair)."""
     if not value:
         return "unknown"
     return DEGRADED if value == "unsafe" else value
-
-
-def portable_states(now: int) -> Callable[[SessionSummary], list[SessionContextState]]:
-    """The portable context state a structured summary leaves behind (SEMANTICS §8.9)."""
-
-    def build(summary: SessionSummary) -> list[SessionContextState]:
-        if summary.summary_format != "structured_v1" or summary.summary_payload is None:
-            return []
-        payload = dict(summary.summary_payload)
-        if summary.compaction_id:
-            payload["compaction_id"] = summary.compaction_id
-        return [
-            SessionContextState(
-                session_id=summary.session_id,
-                session_key=summary.session_key,
-                provider="portable",
-                model=None,
-                state_kind=PORTABLE_STATE_KIND,
-                payload=payload,
-                covered_through_id=summary.covered_through_id,
-                created_at=now,
-                portable=True,
-                cacheable=True,
-                valid=True,
-            )
-        ]
-
-    return build
 
 
 def _check_compaction_options(
@@ -119,6 +91,31 @@ async def _entered(context: MutationContext | None) -> AsyncIterator[None]:
         yield
 
 
+class PersistOptions(TypedDict, total=False):
+    """What a stored summary records about its compaction (keyword options, declared once
+    for the manager and this use case)."""
+
+    compaction_id: str | None
+    trigger_reason: str | None
+    flush_receipt_status: str | None
+
+
+class CompactionOptions(PersistOptions, total=False):
+    """The keyword options of a compaction: the record options, the caller's lock around
+    the read and the commit, and a summariser for this run."""
+
+    mutation_context: MutationContext | None
+    summarizer: Summarizer | None
+
+
+def _refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None:
+    """``**options`` accepts any name at run time: refuse one the options do not declare,
+    as a plain keyword parameter would."""
+    for name in options:
+        if name not in kind.__optional_keys__:
+            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+
+
 class Compactor:
     """Compaction, the persisted out-of-band summaries, and the repair queue."""
 
@@ -130,7 +127,7 @@ class Compactor:
         if self._summarizer is not None:
             return self._summarizer
         if config.llm_enabled:
-            from .llm import OpenAICompatibleSummarizer
+            from ..llm import OpenAICompatibleSummarizer
 
             return OpenAICompatibleSummarizer()
         return FallbackSummarizer()
@@ -168,13 +165,14 @@ class Compactor:
         context_window_tokens: int,
         config: CompactionConfig | None = None,
         custom_instructions: str | None = None,
-        *,
-        compaction_id: str | None = None,
-        trigger_reason: str | None = None,
-        flush_receipt_status: str | None = None,
-        mutation_context: MutationContext | None = None,
-        summarizer: Summarizer | None = None,
+        **options: Unpack[CompactionOptions],
     ) -> CompactionResult:
+        _refuse_unknown("compact_with_result", options, CompactionOptions)
+        compaction_id = options.get("compaction_id")
+        trigger_reason = options.get("trigger_reason")
+        flush_receipt_status = options.get("flush_receipt_status")
+        mutation_context = options.get("mutation_context")
+        summarizer = options.get("summarizer")
         if config is None:
             config = CompactionConfig()
         elif not isinstance(config, CompactionConfig):
@@ -247,14 +245,14 @@ class Compactor:
             created_at=now,
         )
         async with _entered(mutation_context):
-            outcome = await self._storage.rewrite_compacted_session(
+            outcome = await rewrite_compacted_session(
+                self._storage,
                 key,
                 expected_session_id=node.session_id,
                 expected_epoch=node.epoch,
                 expected_live_ids=[entry.id or 0 for entry in live],
                 archive_count=len(removed),
                 summary=summary,
-                states=portable_states(now),
                 now=now,
             )
         if outcome.applied:
@@ -279,13 +277,14 @@ class Compactor:
         session_key: str,
         summary: str,
         kept_entries: Sequence[Mapping[str, Any]],
-        *,
-        compaction_id: str | None = None,
-        trigger_reason: str | None = None,
-        flush_receipt_status: str | None = None,
+        **options: Unpack[PersistOptions],
     ) -> bool:
         """Store a summary the caller already has, with the positional semantics of
-        SEMANTICS §9; ``True`` when something was written."""
+        docs/semantics.md#persist; ``True`` when something was written."""
+        _refuse_unknown("persist_compaction_result", options, PersistOptions)
+        compaction_id = options.get("compaction_id")
+        trigger_reason = options.get("trigger_reason")
+        flush_receipt_status = options.get("flush_receipt_status")
         check_optional_text("summary", summary)
         if not isinstance(kept_entries, list | tuple):
             raise InvalidInputError(
@@ -362,14 +361,14 @@ class Compactor:
                     created_at=now,
                 )
             )
-        outcome = await self._storage.rewrite_compacted_session(
+        outcome = await rewrite_compacted_session(
+            self._storage,
             key,
             expected_session_id=node.session_id,
             expected_epoch=node.epoch,
             expected_live_ids=[entry.id or 0 for entry in live],
             archive_count=len(removed),
             summary=record,
-            states=portable_states(now),
             drop_ids=drop_ids,
             new_entries=new_entries,
             now=now,
@@ -382,18 +381,3 @@ class Compactor:
                 extra={"session_key": key, "operation": "persist_compaction_result"},
             )
         return outcome.applied
-
-    async def compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:
-        """The live rows a compaction folded away, as they were (``id`` = their live id)."""
-        if not summary.compaction_id:
-            return []
-        rows = await self._storage.get_compacted_transcript_entries(
-            summary.session_id, compaction_id=summary.compaction_id
-        )
-        return [
-            TranscriptEntry.from_row(
-                {name: getattr(row, name) for name in TranscriptEntry.model_fields if name != "id"}
-                | {"id": row.original_entry_id}
-            )
-            for row in rows
-        ]

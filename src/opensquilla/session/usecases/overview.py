@@ -9,30 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import migrate
-from .archive import RecoveredArchive, StagedArchive, staged_archives
-from .config import archive_directory
-from .errors import InvalidInputError
-from .operations import StoreCounts
-from .storage import SessionStorage
-
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-
-
-def parse_duration(text: str) -> int:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``500ms``, ``2w`` -> milliseconds."""
-    match = _DURATION.match(text or "")
-    if match is None:
-        raise InvalidInputError(
-            f"invalid duration {text!r}: use a whole number and a unit, e.g. 30d, 12h, 90m, 45s"
-        )
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+from ..config import archive_directory
+from ..db import migrate
+from ..db.migrate import RevisionInfo as RevisionInfo
+from ..fs.reset_archive import RecoveredArchive, StagedArchive, staged_archives
+from ..models.reports import StoreCounts
+from ..storage import SessionStorage
 
 
 @contextlib.asynccontextmanager
@@ -165,7 +151,13 @@ async def archive_report(storage: SessionStorage) -> ArchiveReport:
 
 async def collect_stats(storage: SessionStorage) -> StoreStats:
     """Row counts of the store, plus the reset archive files on this machine."""
-    counts = await storage.store_counts()
+    async with storage.uow.snapshot() as tx:
+        counts = await tx.overview.store_counts()
     directory = archive_directory()
     files, size = await asyncio.to_thread(_archive_files, directory)
     return StoreStats(counts, directory, files, size, await archive_report(storage))
+
+
+def revision_history() -> list[RevisionInfo]:
+    """Every revision of the one migration history, newest first."""
+    return migrate.history()

@@ -1,0 +1,216 @@
+"""The transcript, summaries and context states of a session, row by row."""
+
+from __future__ import annotations
+
+from ..db.uow import Transaction
+from ..errors import (
+    StaleEpochError,
+)
+from ..keys import agent_key_prefix, canonicalize_session_key
+from ..models import (
+    CompactedTranscriptEntry,
+    SessionContextState,
+    SessionSummary,
+    TranscriptEntry,
+    check_integer,
+    check_millis,
+    check_optional_integer,
+    check_optional_text,
+    check_page,
+    check_record,
+    check_text,
+)
+from .lifecycle import StorageLifecycle
+
+
+class HistoryRowOperations(StorageLifecycle):
+    """Transcript, summary and context-state rows, one unit of work per call."""
+
+    # -- transcript --------------------------------------------------------------------
+
+    async def append_transcript_entry(
+        self, entry: TranscriptEntry, *, expected_epoch: int | None = None
+    ) -> TranscriptEntry:
+        """Insert ``entry`` (its ``id`` is set). With ``expected_epoch`` the insert happens
+        only while the session is still the entry's generation (``session_id``) at exactly
+        that epoch; otherwise ``StaleEpochError`` and nothing is written."""
+        check_record("entry", entry, TranscriptEntry)
+        check_optional_integer("expected_epoch", expected_epoch)
+        entry.session_key = canonicalize_session_key(entry.session_key)
+        async with self.uow.write() as tx:
+            if expected_epoch is None:
+                await tx.sessions.check_row_generation(entry.session_id, entry.session_key)
+                entry.id = await tx.transcript.insert(entry)
+                return entry
+            new_id = await tx.transcript.insert_fenced(entry, expected_epoch)
+            if new_id is None:
+                await _raise_stale(tx, entry, expected_epoch)
+            entry.id = new_id
+        return entry
+
+    async def append_message_entry(
+        self,
+        entry: TranscriptEntry,
+        *,
+        expected_epoch: int,
+        now: int,
+        token_delta: int = 0,
+    ) -> TranscriptEntry:
+        """The manager's append: the fence (key, epoch, session id), the insert and the
+        session touch (``updated_at``, ``total_tokens + delta``) commit together or not at
+        all. On Postgres this is a single statement."""
+        check_record("entry", entry, TranscriptEntry)
+        check_integer("expected_epoch", expected_epoch)
+        check_millis("now", now)
+        check_integer("token_delta", token_delta)
+        entry.session_key = canonicalize_session_key(entry.session_key)
+        # One statement on Postgres: no BEGIN/COMMIT round trips around it.
+        unit = self.uow.write_statement if self.uow.is_postgres else self.uow.write
+        async with unit() as tx:
+            new_id = await tx.transcript.append_and_touch(
+                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+            )
+        if new_id is None:
+            async with self.uow.read() as tx:
+                await _raise_stale(tx, entry, expected_epoch)
+        entry.id = new_id
+        return entry
+
+    async def get_transcript(
+        self, session_id: str, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        """Live rows of one generation, ``ORDER BY created_at ASC, id ASC``, paginated."""
+        check_page(limit, offset)
+        async with self.uow.read() as tx:
+            return await tx.transcript.list_live(session_id, limit=limit, offset=offset)
+
+    async def get_canonical_transcript(
+        self, session_id: str, limit: int | None = None, offset: int = 0
+    ) -> list[TranscriptEntry]:
+        """Compacted archive plus live rows, in transcript order, paginated."""
+        check_page(limit, offset)
+        async with self.uow.read() as tx:
+            return await tx.transcript.list_canonical(session_id, limit=limit, offset=offset)
+
+    async def count_transcript_entries(self, session_id: str) -> int:
+        """Live rows only."""
+        async with self.uow.read() as tx:
+            return await tx.transcript.count_live(session_id)
+
+    async def get_compacted_transcript_entries(
+        self, session_id: str, *, compaction_id: str | None = None
+    ) -> list[CompactedTranscriptEntry]:
+        async with self.uow.read() as tx:
+            return await tx.transcript.list_archive(session_id, compaction_id=compaction_id)
+
+    async def delete_transcript(self, session_id: str) -> None:
+        """Delete the live rows and the compacted archive of one generation."""
+        check_text("session_id", session_id)
+        async with self.uow.write() as tx:
+            await tx.transcript.delete_all(session_id)
+
+    # -- summaries ---------------------------------------------------------------------
+
+    async def save_summary(self, summary: SessionSummary) -> SessionSummary:
+        """Insert; ``compaction_index`` is assigned in the transaction (max + 1 per session)."""
+        check_record("summary", summary, SessionSummary)
+        summary.session_key = canonicalize_session_key(summary.session_key)
+        async with self.uow.write() as tx:
+            await tx.sessions.check_row_generation(summary.session_id, summary.session_key)
+            summary.id, summary.compaction_index = await tx.summaries.insert(summary)
+        return summary
+
+    async def get_all_summaries(self, session_id: str) -> list[SessionSummary]:
+        async with self.uow.read() as tx:
+            return await tx.summaries.list_for_session(session_id)
+
+    async def get_latest_summary(self, session_id: str) -> SessionSummary | None:
+        async with self.uow.read() as tx:
+            return await tx.summaries.latest(session_id)
+
+    async def delete_summaries(self, session_id: str) -> None:
+        check_text("session_id", session_id)
+        async with self.uow.write() as tx:
+            await tx.summaries.delete_for_session(session_id)
+
+    async def list_degraded_summaries(
+        self, *, agent_id: str | None = None, limit: int = 50
+    ) -> list[SessionSummary]:
+        """Summaries whose flush receipt is ``degraded_forensic`` or ``failed_retryable``."""
+        check_page(limit, 0)
+        prefix = agent_key_prefix(agent_id) if agent_id is not None else None
+        async with self.uow.read() as tx:
+            return await tx.summaries.list_degraded(key_prefix=prefix, limit=limit)
+
+    async def update_summary_flush_receipt_status(self, summary_id: int, status: str) -> int:
+        check_integer("summary_id", summary_id, minimum=-(2**63))
+        check_text("status", status)
+        async with self.uow.write() as tx:
+            return await tx.summaries.set_flush_status(summary_id, status)
+
+    async def update_summary_flush_receipt_status_by_compaction(
+        self, session_key: str, compaction_id: str, status: str
+    ) -> int:
+        key = canonicalize_session_key(session_key)
+        check_text("compaction_id", compaction_id)
+        check_text("status", status)
+        async with self.uow.write() as tx:
+            return await tx.summaries.set_flush_status_by_compaction(key, compaction_id, status)
+
+    # -- context states ----------------------------------------------------------------
+
+    async def save_context_state(self, state: SessionContextState) -> SessionContextState:
+        check_record("state", state, SessionContextState)
+        state.session_key = canonicalize_session_key(state.session_key)
+        async with self.uow.write() as tx:
+            await tx.sessions.check_row_generation(state.session_id, state.session_key)
+            state.id = await tx.states.insert(state)
+        return state
+
+    async def get_context_states(
+        self,
+        session_key: str,
+        *,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        valid_only: bool = True,
+    ) -> list[SessionContextState]:
+        """States of the key (every generation), ``created_at`` then id order."""
+        key = canonicalize_session_key(session_key)
+        async with self.uow.read() as tx:
+            return await tx.states.list_for_key(
+                key, provider=provider, state_kind=state_kind, valid_only=valid_only
+            )
+
+    async def invalidate_context_states(
+        self,
+        session_key: str,
+        *,
+        provider: str | None = None,
+        state_kind: str | None = None,
+        reason: str = "invalidated",
+    ) -> int:
+        key = canonicalize_session_key(session_key)
+        check_optional_text("provider", provider)
+        check_optional_text("state_kind", state_kind)
+        check_text("reason", reason)
+        async with self.uow.write() as tx:
+            return await tx.states.invalidate(
+                key, provider=provider, state_kind=state_kind, reason=reason
+            )
+
+    async def get_summary(self, summary_id: int) -> SessionSummary | None:
+        """One compaction summary by its id (the repair queue addresses summaries so)."""
+        async with self.uow.read() as tx:
+            return await tx.overview.summary_by_id(summary_id)
+
+
+async def _raise_stale(tx: Transaction, entry: TranscriptEntry, expected: int) -> None:
+    key = entry.session_key
+    node = await tx.sessions.get(key)
+    if node is None or node.epoch != expected:
+        actual = node.epoch if node is not None else None
+        raise StaleEpochError(f"Epoch mismatch for {key}: expected {expected}, got {actual}")
+    raise StaleEpochError(
+        f"Generation mismatch for {key}: expected {entry.session_id}, got {node.session_id}"
+    )

@@ -1,0 +1,202 @@
+"""The storage's engine lifecycle: settings, connect (migrating to head), the unit-of-work
+factory, close, and settling reset archives a stopped process left staged."""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import TracebackType
+from typing import TYPE_CHECKING, Self, get_args
+
+from ..config import archive_directory
+from ..db import migrate
+from ..db.dsn import StorageTarget, parse_target
+from ..db.engine import SqliteSynchronous, create_engine, dispose_engine
+from ..db.errors import translated_errors
+from ..db.uow import UnitOfWork
+from ..errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    SessionStoreError,
+)
+from ..fs.files import ensure_private_file
+from ..fs.reset_archive import RecoveredArchive, recover_staged_archives, store_tag
+
+if TYPE_CHECKING:  # the engine is the db layer's; storage only hands it out
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+log = logging.getLogger(__package__)  # opensquilla.session.storage, as before the split
+
+
+class StorageNotConnectedError(SessionStoreError, RuntimeError):
+    """The storage was used before ``connect()`` or after ``close()``."""
+
+
+class StorageLifecycle:
+    """The engine and the units of work of one store; the CRUD mixins build on it."""
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] = ":memory:",
+        *,
+        sqlite_synchronous: SqliteSynchronous = "FULL",
+        pool_size: int | None = None,
+        echo: bool = False,
+    ) -> None:
+        # Settings are checked before anything is opened: a typo must not reach a PRAGMA
+        # (the level is spliced into its text) or a pool that never hands out a connection.
+        level = sqlite_synchronous.upper() if isinstance(sqlite_synchronous, str) else None
+        if level not in get_args(SqliteSynchronous):
+            raise ConfigurationError(
+                f"sqlite_synchronous must be one of {', '.join(get_args(SqliteSynchronous))}, "
+                f"not {sqlite_synchronous!r}"[:200]
+            )
+        if pool_size is not None and (
+            isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1
+        ):
+            raise ConfigurationError(
+                f"pool_size must be a positive integer or None, not {pool_size!r}"[:200]
+            )
+        if not isinstance(echo, bool):
+            raise ConfigurationError(f"echo must be True or False, not {type(echo).__name__}")
+        self._target: StorageTarget = parse_target(target)
+        self._sqlite_synchronous: SqliteSynchronous = level  # type: ignore[assignment]
+        self._pool_size = pool_size
+        self._echo = echo
+        self._db: UnitOfWork | None = None
+        self._recovered: tuple[RecoveredArchive, ...] = ()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "connected" if self._db is not None else "not connected"
+        return f"SessionStorage({self._target.render()!r}, {state})"
+
+    @property
+    def target(self) -> StorageTarget:
+        return self._target
+
+    @property
+    def backend(self) -> str:
+        return self._target.backend
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The public ``AsyncEngine``: every statement the store runs goes through it."""
+        return self.uow.engine
+
+    @property
+    def uow(self) -> UnitOfWork:
+        """The unit-of-work factory: ``async with storage.uow.write() as tx: ...``."""
+        if self._db is None:
+            raise StorageNotConnectedError("Storage not connected. Call connect() first.")
+        return self._db
+
+    @property
+    def is_connected(self) -> bool:
+        return self._db is not None
+
+    def _new_engine(self) -> AsyncEngine:
+        if self._target.path is not None:
+            ensure_private_file(self._target.path)
+        return create_engine(
+            self._target,
+            sqlite_synchronous=self._sqlite_synchronous,
+            pool_size=self._pool_size,
+            echo=self._echo,
+        )
+
+    async def connect(self) -> None:
+        """Open the engine and bring the schema to head (a new or legacy database alike)."""
+        if self._db is not None:
+            return
+        engine = self._new_engine()
+        try:
+            async with translated_errors():
+                try:
+                    await migrate.ensure_head(engine)
+                except OSError as exc:
+                    raise DatabaseUnavailableError(
+                        f"cannot connect to {self._target.render()}: {exc}"
+                    ) from exc
+        except BaseException:
+            await dispose_engine(engine)
+            raise
+        self._db = UnitOfWork(engine, self._target)
+        await self._recover_reset_archives()
+
+    async def connect_without_migrating(self) -> None:
+        """Open the engine and leave the schema exactly as it is.
+
+        For tools that inspect or move the schema themselves (``db current``, ``db check``,
+        ``db downgrade``); every other operation needs the schema at head (``connect()``).
+        """
+        if self._db is None:
+            self._db = UnitOfWork(self._new_engine(), self._target)
+
+    @property
+    def archive_store_tag(self) -> str | None:
+        """The name reset archives of this database carry (``None`` for ``:memory:``,
+        whose archives no later start could settle)."""
+        if self._target.memory:
+            return None
+        if self._target.path is not None:
+            identity = f"sqlite:{self._target.path.resolve()}"
+        else:
+            url = self._target.url
+            identity = f"postgresql://{url.host}:{url.port or 5432}/{url.database}"
+        return store_tag(identity)
+
+    @property
+    def recovered_archives(self) -> tuple[RecoveredArchive, ...]:
+        """What ``connect()`` did with reset archives a crash had left unpublished."""
+        return self._recovered
+
+    async def _recover_reset_archives(self) -> None:
+        """Publish (or discard) the reset archives a stopped process left staged for this
+        database (``archive.recover_staged_archives``). Never fails the start: a problem
+        is logged, and the files stay for ``stats`` to report."""
+        tag = self.archive_store_tag
+        if tag is None:
+            return
+
+        async def current_generation(key: str) -> str | None:
+            async with self.uow.read() as tx:
+                node = await tx.sessions.get(key)
+            return node.session_id if node is not None else None
+
+        try:
+            self._recovered = tuple(
+                await recover_staged_archives(archive_directory(), tag, current_generation)
+            )
+        except Exception:
+            log.warning(
+                "could not settle the reset archives left staged in %s",
+                archive_directory(),
+                exc_info=True,
+                extra={"operation": "recover_archives"},
+            )
+
+    async def close(self) -> None:
+        """Dispose of the engine; idempotent."""
+        db, self._db = self._db, None
+        if db is not None:
+            await dispose_engine(db.engine)
+
+    @classmethod
+    async def open(cls, target: str | os.PathLike[str] = ":memory:", **options: object) -> Self:
+        storage = cls(target, **options)  # type: ignore[arg-type]
+        await storage.connect()
+        return storage
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

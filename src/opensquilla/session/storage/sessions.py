@@ -1,0 +1,140 @@
+"""Session rows: whole-row writes, reads, counts, narrow updates."""
+
+from __future__ import annotations
+
+from ..db.generations import GenerationRace, generation_guard
+from ..errors import (
+    SessionNotFoundError,
+)
+from ..keys import canonicalize_session_key, normalize_agent_id
+from ..models import (
+    SessionNode,
+    check_page,
+    check_record,
+    check_session_values,
+)
+from .lifecycle import StorageLifecycle
+
+
+class SessionRowOperations(StorageLifecycle):
+    """The ``sessions`` table, one unit of work per call."""
+
+    # -- sessions ----------------------------------------------------------------------
+
+    @staticmethod
+    def canonical_node(node: SessionNode) -> SessionNode:
+        """``node`` with its key and agent id in canonical form (docs/semantics.md#keys)."""
+        node.session_key = canonicalize_session_key(node.session_key)
+        node.agent_id = normalize_agent_id(node.agent_id)
+        return node
+
+    async def upsert_session(self, node: SessionNode) -> None:
+        """Write the whole row; refused (``StaleGenerationError``) for an older generation,
+        and (``SessionIdInUseError``) for a session id another key holds."""
+        check_record("node", node, SessionNode)
+        self.canonical_node(node)
+        async with (
+            generation_guard(self.uow, node.session_id, node.session_key),
+            self.uow.write() as tx,
+        ):
+            await tx.sessions.claim_generation(node.session_id, node.session_key)
+            await tx.sessions.upsert(node)
+
+    async def create_session(self, node: SessionNode) -> bool:
+        """Insert a new row; ``False`` when the key exists (nothing is changed then).
+
+        A session id that another key already holds is refused (``SessionIdInUseError``)
+        before anything is written.
+        """
+        check_record("node", node, SessionNode)
+        self.canonical_node(node)
+        try:
+            async with (
+                generation_guard(self.uow, node.session_id, node.session_key, creating=True),
+                self.uow.write() as tx,
+            ):
+                await tx.sessions.claim_generation(node.session_id, node.session_key)
+                return await tx.sessions.insert_new(node)
+        except GenerationRace:
+            return False  # the same key and id, created concurrently: the key is taken
+
+    async def get_session(self, session_key: str) -> SessionNode | None:
+        key = canonicalize_session_key(session_key)
+        async with self.uow.read() as tx:
+            return await tx.sessions.get(key)
+
+    async def list_sessions(
+        self,
+        agent_id: str | None = None,
+        status: str | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+        spawned_by: str | None = None,
+        *,
+        parent_session_key: str | None = None,
+    ) -> list[SessionNode]:
+        """Sessions by recent activity (``updated_at`` then key, both descending)."""
+        check_page(limit, offset)
+        async with self.uow.read() as tx:
+            return await tx.sessions.list_sessions(
+                agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
+                status=str(status) if status is not None else None,
+                spawned_by=(
+                    canonicalize_session_key(spawned_by) if spawned_by is not None else None
+                ),
+                parent_session_key=(
+                    canonicalize_session_key(parent_session_key)
+                    if parent_session_key is not None
+                    else None
+                ),
+                limit=limit,
+                offset=offset,
+            )
+
+    async def count_sessions(self) -> int:
+        async with self.uow.read() as tx:
+            return await tx.sessions.count()
+
+    async def delete_session(self, session_key: str) -> bool:
+        """Delete the session and every row it owns; ``False`` when there was none."""
+        key = canonicalize_session_key(session_key)
+        async with self.uow.write() as tx:
+            return bool(await tx.sessions.delete_cascade([key]))
+
+    async def get_epoch(self, session_key: str) -> int:
+        key = canonicalize_session_key(session_key)
+        async with self.uow.read() as tx:
+            epoch = await tx.sessions.get_epoch(key)
+        return epoch if epoch is not None else 0
+
+    async def increment_epoch(self, session_key: str) -> int:
+        key = canonicalize_session_key(session_key)
+        async with self.uow.write() as tx:
+            epoch = await tx.sessions.increment_epoch(key)
+        if epoch is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return epoch
+
+    async def update_session_fields(
+        self, session_key: str, values: dict[str, object]
+    ) -> SessionNode:
+        """Set only these columns (one statement, no read-modify-write); the new row."""
+        key = canonicalize_session_key(session_key)
+        values = check_session_values(values)  # each value in its field's domain
+        new_id = values.get("session_id")
+        async with generation_guard(self.uow, new_id, key), self.uow.write() as tx:
+            if isinstance(new_id, str):
+                await tx.sessions.claim_generation(new_id, key)
+            node = await tx.sessions.update_fields(key, dict(values))
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return node
+
+    async def finish_session(self, session_key: str, status: str, now: int) -> SessionNode:
+        key = canonicalize_session_key(session_key)
+        status = check_session_values({"status": status, "ended_at": now})["status"]
+        async with self.uow.write() as tx:
+            node = await tx.sessions.finish(key, status, now)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return node

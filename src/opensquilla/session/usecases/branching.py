@@ -1,0 +1,175 @@
+"""Branching: a child session of a parent, optionally with a copy of its history
+(docs/semantics.md#branching), in one write transaction.
+
+A full fork copies the live transcript, the compacted archive, every summary and the valid
+context states; a prefix fork copies the canonical transcript before one message. Copies
+happen only within ``max_fork_tokens`` (reported token counts, plus an estimate per copied
+summary); rows are copied with set-based ``INSERT ... SELECT`` statements. A child key that
+exists already is refused and nothing changes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from ..compaction import estimate_tokens_for_length
+from ..db.generations import generation_violation
+from ..db.uow import Transaction
+from ..errors import (
+    IntegrityViolationError,
+    InvalidInputError,
+    MessageNotFoundError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from ..keys import canonicalize_session_key, require_session_key
+from ..models import (
+    SessionNode,
+    SessionStatus,
+    check_flag,
+    check_optional_integer,
+    check_optional_text,
+)
+from ..storage import SessionStorage
+from ..support.clock import now_ms
+from .lifecycle import member
+
+ForkMode = Literal["none", "full", "prefix"]
+
+
+def child_of(parent: SessionNode, child_key: str, status: str, now: int) -> SessionNode:
+    """The child's row: lineage, agent, model and channel from the parent."""
+    return SessionNode(
+        session_key=child_key,
+        agent_id=parent.agent_id,
+        parent_session_key=parent.session_key,
+        spawned_by=parent.session_key,
+        spawn_depth=parent.spawn_depth + 1,
+        created_at=now,
+        updated_at=now,
+        started_at=now,
+        status=status,
+        model=parent.model,
+        model_provider=parent.model_provider,
+        channel=parent.channel,
+        chat_type=parent.chat_type,
+    )
+
+
+async def branch(
+    storage: SessionStorage,
+    parent_session_key: str,
+    new_session_key: str,
+    *,
+    fork_transcript: bool,
+    max_fork_tokens: int | None,
+    status: SessionStatus | str,
+    fork_before_message_id: str | None,
+) -> SessionNode:
+    """The manager's branch: the fork mode from its flags, then :func:`branch_session`."""
+    check_flag("fork_transcript", fork_transcript)
+    check_optional_integer("max_fork_tokens", max_fork_tokens)
+    check_optional_text("fork_before_message_id", fork_before_message_id, identifier=True)
+    fork: ForkMode = "none"
+    if fork_transcript:
+        fork = "prefix" if fork_before_message_id is not None else "full"
+    return await branch_session(
+        storage,
+        parent_session_key,
+        new_session_key,
+        status=status,
+        fork=fork,
+        before_message_id=fork_before_message_id,
+        max_fork_tokens=max_fork_tokens,
+    )
+
+
+async def branch_session(
+    storage: SessionStorage,
+    parent_session_key: str,
+    child_session_key: str,
+    *,
+    status: SessionStatus | str = SessionStatus.RUNNING,
+    fork: ForkMode = "none",
+    before_message_id: str | None = None,
+    max_fork_tokens: int | None = None,
+    session_id: str | None = None,
+) -> SessionNode:
+    """Create the child session in one write transaction (see the module docstring).
+
+    ``session_id`` gives the child a chosen generation id (as ``create`` allows); it must be
+    free (``SessionIdInUseError``). ``MessageNotFoundError`` before any write when a prefix
+    fork's ``before_message_id`` is not in the parent's canonical transcript.
+    """
+    child_key = require_session_key(child_session_key)
+    child_status = member(SessionStatus, status).value
+    if fork not in get_args(ForkMode):
+        raise InvalidInputError(f"fork must be one of {', '.join(get_args(ForkMode))}")
+    check_optional_text("before_message_id", before_message_id, identifier=True)
+    check_optional_integer("max_fork_tokens", max_fork_tokens)
+    key = canonicalize_session_key(parent_session_key)
+    now = now_ms()
+    uow = storage.uow
+    child: SessionNode | None = None
+    try:
+        async with uow.write() as tx:
+            parent = await tx.sessions.get(key, lock="share")
+            if parent is None:
+                raise SessionNotFoundError(f"Parent session not found: {key}")
+            child = child_of(parent, child_key, child_status, now)
+            if session_id is not None:
+                child.session_id = session_id
+            child = storage.canonical_node(child)
+            await tx.sessions.claim_generation(child.session_id, child.session_key)
+            await _fill(tx, parent, child, fork, before_message_id, max_fork_tokens)
+    except IntegrityViolationError as exc:
+        if child is None:
+            raise
+        error = await generation_violation(uow, exc, child.session_id, child.session_key)
+        if error is exc:
+            raise
+        raise error from exc
+    return child
+
+
+async def _fill(
+    tx: Transaction,
+    parent: SessionNode,
+    child: SessionNode,
+    fork: ForkMode,
+    before_message_id: str | None,
+    max_fork_tokens: int | None,
+) -> None:
+    """Insert the child and copy what the fork takes, inside the branch transaction."""
+    position: tuple[int, int] | None = None
+    copy = False
+    if fork != "none":
+        if fork == "prefix":
+            if before_message_id is None:
+                raise InvalidInputError("a prefix fork needs before_message_id")
+            position = await tx.transcript.find_canonical_position(
+                parent.session_id, before_message_id
+            )
+            if position is None:
+                raise MessageNotFoundError(
+                    f"Transcript message not found in {parent.session_key}: {before_message_id}"
+                )
+        tokens = await tx.transcript.token_sum_before(parent.session_id, position)
+        if fork == "full":
+            lengths = await tx.summaries.text_lengths(parent.session_id)
+            tokens += sum(estimate_tokens_for_length(n) for n in lengths)
+        copy = max_fork_tokens is None or tokens <= max_fork_tokens
+    child.forked_from_parent = copy
+    if not await tx.sessions.insert_new(child):
+        raise SessionExistsError(f"Session already exists: {child.session_key}")
+    if not copy:
+        return
+    target = {"target_session_id": child.session_id, "target_session_key": child.session_key}
+    if fork == "full":
+        await tx.transcript.copy_archive_to_session(source_session_id=parent.session_id, **target)
+    await tx.transcript.copy_to_session(
+        source_session_id=parent.session_id, before=position, **target
+    )
+    if fork == "full":
+        await tx.summaries.copy_to_session(source_session_id=parent.session_id, **target)
+        await tx.states.copy_valid_to_session(source_session_key=parent.session_key, **target)

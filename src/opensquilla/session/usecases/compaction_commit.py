@@ -1,0 +1,123 @@
+"""The atomic compaction commit (docs/semantics.md#compaction and #persist).
+
+The summariser runs outside any transaction; this commit then re-checks the preimage inside
+its write transaction. Nothing is written unless the session is still the expected
+generation and its live transcript is still exactly the rows that were planned on, so an
+append that landed meanwhile is never lost, with or without a caller lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..keys import canonicalize_session_key
+from ..models import (
+    SessionContextState,
+    SessionSummary,
+    TranscriptEntry,
+    check_integer,
+    check_millis,
+    check_optional_text,
+    check_record,
+)
+from ..storage import SessionStorage
+
+PORTABLE_STATE_KIND = "structured_summary_v1"
+
+
+@dataclass(frozen=True)
+class RewriteOutcome:
+    """What :func:`rewrite_compacted_session` did."""
+
+    applied: bool
+    summary: SessionSummary | None = None
+    states: tuple[SessionContextState, ...] = ()
+
+
+def portable_states(summary: SessionSummary, now: int) -> list[SessionContextState]:
+    """The portable context state a structured summary leaves behind."""
+    if summary.summary_format != "structured_v1" or summary.summary_payload is None:
+        return []
+    payload = dict(summary.summary_payload)
+    if summary.compaction_id:
+        payload["compaction_id"] = summary.compaction_id
+    return [
+        SessionContextState(
+            session_id=summary.session_id,
+            session_key=summary.session_key,
+            provider="portable",
+            model=None,
+            state_kind=PORTABLE_STATE_KIND,
+            payload=payload,
+            covered_through_id=summary.covered_through_id,
+            created_at=now,
+            portable=True,
+            cacheable=True,
+            valid=True,
+        )
+    ]
+
+
+async def rewrite_compacted_session(
+    storage: SessionStorage,
+    session_key: str,
+    *,
+    expected_session_id: str,
+    expected_epoch: int,
+    expected_live_ids: Sequence[int],
+    archive_count: int,
+    summary: SessionSummary | None,
+    drop_ids: Sequence[int] = (),
+    new_entries: Sequence[TranscriptEntry] = (),
+    now: int,
+) -> RewriteOutcome:
+    """In one transaction, when the preimage still holds: the summary (its
+    ``compaction_index`` assigned here), the first ``archive_count`` live rows copied to
+    the compacted archive and deleted (the rest keep their ids), ``drop_ids`` deleted,
+    ``new_entries`` appended, the summary's portable context state saved, and
+    ``compaction_count + 1`` and ``updated_at`` set. Otherwise ``applied=False`` and
+    nothing is written."""
+    key = canonicalize_session_key(session_key)
+    check_integer("archive_count", archive_count)
+    check_millis("now", now)
+    for name, ids in (("expected_live_ids", expected_live_ids), ("drop_ids", drop_ids)):
+        for row_id in ids:
+            check_integer(name, row_id, minimum=-(2**63))
+    if summary is not None:
+        check_record("summary", summary, SessionSummary)
+        # The archived rows carry it as plain (indexed) text: an identifier.
+        check_optional_text("compaction_id", summary.compaction_id, identifier=True)
+    for entry in new_entries:
+        check_record("new_entries", entry, TranscriptEntry)
+    async with storage.uow.write() as tx:
+        node = await tx.sessions.get(key, lock="update")
+        if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
+            return RewriteOutcome(applied=False)
+        positions = await tx.transcript.live_positions(node.session_id)
+        if [row_id for row_id, _ in positions] != list(expected_live_ids):
+            return RewriteOutcome(applied=False)
+        if summary is not None:
+            summary.session_id, summary.session_key = node.session_id, key
+            summary.id, summary.compaction_index = await tx.summaries.insert(summary)
+        if archive_count > 0:
+            last_id, last_created = positions[archive_count - 1]
+            boundary = (last_created, last_id)
+            await tx.transcript.archive_prefix(
+                session_id=node.session_id,
+                session_key=key,
+                boundary=boundary,
+                compaction_id=summary.compaction_id if summary else None,
+                compaction_index=summary.compaction_index if summary else None,
+                archived_at=now,
+            )
+            await tx.transcript.delete_prefix(node.session_id, boundary)
+        await tx.transcript.delete_ids(node.session_id, drop_ids)
+        for entry in new_entries:
+            entry.session_id, entry.session_key = node.session_id, key
+        await tx.transcript.insert_many(new_entries)
+        saved = portable_states(summary, now) if summary is not None else []
+        for state in saved:
+            state.id = await tx.states.insert(state)
+        await tx.sessions.add_compaction(key, now)
+    return RewriteOutcome(applied=True, summary=summary, states=tuple(saved))

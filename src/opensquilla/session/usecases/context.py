@@ -1,0 +1,66 @@
+"""Summaries and provider context states of a session key (docs/semantics.md#tables)."""
+
+from __future__ import annotations
+
+from ..errors import InvalidInputError
+from ..models import (
+    PROVIDER_MAX_LENGTH,
+    STATE_KIND_MAX_LENGTH,
+    SessionContextState,
+    SessionSummary,
+    check_flag,
+    check_optional_text,
+    check_text,
+)
+from ..storage import SessionStorage
+from .generations import GenerationCache
+
+
+async def summaries(generations: GenerationCache, session_key: str) -> list[SessionSummary]:
+    """The current generation's summaries, oldest first."""
+    node = await generations.require(session_key)
+    async with generations.storage.uow.read() as tx:
+        return await tx.summaries.list_for_session(node.session_id)
+
+
+async def latest_summary(generations: GenerationCache, session_key: str) -> SessionSummary | None:
+    node = await generations.require(session_key)
+    async with generations.storage.uow.read() as tx:
+        return await tx.summaries.latest(node.session_id)
+
+
+async def save_state(storage: SessionStorage, state: SessionContextState) -> SessionContextState:
+    if not isinstance(state, SessionContextState):
+        raise InvalidInputError(f"state must be a SessionContextState, not {type(state).__name__}")
+    return await storage.save_context_state(state)
+
+
+async def states(
+    storage: SessionStorage,
+    session_key: str,
+    provider: str | None,
+    state_kind: str | None,
+    valid_only: bool,
+) -> list[SessionContextState]:
+    """States of the key, every generation (``[]`` for an unknown key)."""
+    check_optional_text("provider", provider)
+    check_optional_text("state_kind", state_kind)
+    check_flag("valid_only", valid_only)
+    return await storage.get_context_states(
+        session_key, provider=provider, state_kind=state_kind, valid_only=valid_only
+    )
+
+
+async def invalidate_states(
+    storage: SessionStorage,
+    session_key: str,
+    provider: str | None,
+    state_kind: str | None,
+    reason: str,
+) -> int:
+    check_optional_text("provider", provider, max_length=PROVIDER_MAX_LENGTH)
+    check_optional_text("state_kind", state_kind, max_length=STATE_KIND_MAX_LENGTH)
+    check_text("reason", reason)
+    return await storage.invalidate_context_states(
+        session_key, provider=provider, state_kind=state_kind, reason=reason
+    )

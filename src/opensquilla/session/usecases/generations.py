@@ -1,0 +1,65 @@
+"""The generation each session key was last seen at, so that an append needs no read.
+
+Appends fence on ``(session_id, epoch)``, so a stale entry (another process reset or
+re-created the session) is caught by the database and refreshed, never trusted
+(docs/semantics.md#fencing).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..errors import SessionNotFoundError
+from ..keys import canonicalize_session_key
+from ..models import SessionNode, check_integer
+from ..storage import SessionStorage
+
+GENERATION_CACHE_SIZE = 10_000
+
+
+class GenerationCache:
+    """``key -> (session_id, epoch)``, least recently used first, bounded."""
+
+    def __init__(self, storage: SessionStorage, size: int = GENERATION_CACHE_SIZE) -> None:
+        self.storage = storage
+        self._size = size
+        self._entries: OrderedDict[str, tuple[str, int]] = OrderedDict()
+
+    def cached_epoch(self, session_key: str) -> int | None:
+        cached = self._entries.get(canonicalize_session_key(session_key))
+        return cached[1] if cached is not None else None
+
+    def observe_epoch(self, session_key: str, epoch: int) -> None:
+        """Someone saw ``epoch``: a different cached one is dropped (read again next time)."""
+        check_integer("epoch", epoch)
+        key = canonicalize_session_key(session_key)
+        cached = self._entries.get(key)
+        if cached is not None and cached[1] != epoch:
+            del self._entries[key]
+
+    def remember(self, node: SessionNode) -> SessionNode:
+        self._entries[node.session_key] = (node.session_id, node.epoch)
+        self._entries.move_to_end(node.session_key)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+        return node
+
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+    async def require(self, session_key: str) -> SessionNode:
+        """The session row (read now), or ``SessionNotFoundError``."""
+        key = canonicalize_session_key(session_key)
+        node = await self.storage.get_session(key)
+        if node is None:
+            self.forget(key)
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return self.remember(node)
+
+    async def current(self, key: str) -> tuple[tuple[str, int], bool]:
+        """The current generation of canonical ``key``, and whether it came from the cache."""
+        cached = self._entries.get(key)
+        if cached is not None:
+            return cached, True
+        node = await self.require(key)
+        return (node.session_id, node.epoch), False

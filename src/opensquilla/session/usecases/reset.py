@@ -1,0 +1,245 @@
+"""Reset: a new generation of a session key, with the old one archived to a file
+(docs/semantics.md#reset and #reset-archive).
+
+One write transaction, guarded by compare-and-set on key, session id and epoch: the epoch
+bump, identity rotation and counter reset, deletion of the old generation's transcript,
+compacted archive and summaries, and invalidation of the key's context states. Inside it,
+before anything is deleted, the old generation (read in the same transaction, so exactly
+what is deleted) is written to an archive file under a temporary name and fsynced; after
+the commit the file is renamed into place, and if the transaction rolls back it is removed.
+A failed archive write is logged and the reset goes on, as the contract requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from ..db.generations import generation_guard
+from ..db.uow import Transaction
+from ..errors import SessionNotFoundError, StaleEpochError
+from ..fs.files import StagedFile
+from ..fs.reset_archive import stage_reset_archive
+from ..keys import canonicalize_session_key
+from ..models import (
+    GenerationSnapshot,
+    SessionNode,
+    check_integer,
+    check_millis,
+    check_session_id,
+    check_text,
+)
+from ..models.reports import DeletionPreview, ResetReport
+from ..storage import SessionStorage
+from ..support.clock import new_session_id, now_ms
+from .generations import GenerationCache
+
+log = logging.getLogger(__name__)
+
+_SETTLE_READS = 3
+_RESET_ATTEMPTS = 5
+
+
+def reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
+    """What a reset changes on the session row: a new identity, zero counters."""
+    return {
+        "epoch": epoch,
+        "session_id": session_id,
+        "updated_at": now,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "total_tokens": 0,
+        "total_tokens_fresh": False,
+        "estimated_cost_usd": 0.0,
+        "total_cost_usd": 0.0,
+        "billed_cost_usd": 0.0,
+        "estimated_cost_component_usd": 0.0,
+        "cost_source": "none",
+        "missing_cost_entries": 0,
+        "cache_read": 0,
+        "cache_write": 0,
+        "context_tokens": None,
+        "compaction_count": 0,
+    }
+
+
+async def start_generation(
+    storage: SessionStorage,
+    session_key: str,
+    *,
+    expected_session_id: str,
+    expected_epoch: int,
+    new_session_id: str,
+    now: int,
+    staged: list[StagedFile] | None = None,
+) -> SessionNode:
+    """The reset transaction: compare-and-set on key, session id and epoch
+    (``StaleEpochError`` if another writer got there first), then the new generation.
+
+    With ``staged``, the old generation (as this transaction sees it, so exactly what is
+    deleted) is first written to an archive file under a temporary name, which is appended
+    to ``staged`` before anything is deleted: the caller publishes or settles it.
+    """
+    key = canonicalize_session_key(session_key)
+    check_text("expected_session_id", expected_session_id)
+    check_integer("expected_epoch", expected_epoch)
+    check_session_id("new_session_id", new_session_id)
+    check_millis("now", now)
+    uow = storage.uow
+    async with generation_guard(uow, new_session_id, None), uow.write() as tx:
+        current = await tx.sessions.get(key, lock="update")
+        if (
+            current is None
+            or current.session_id != expected_session_id
+            or current.epoch != expected_epoch
+        ):
+            raise StaleEpochError(
+                f"Epoch mismatch for {key}: expected generation {expected_session_id} at "
+                f"epoch {expected_epoch}, got "
+                + (f"{current.session_id} at epoch {current.epoch}" if current else "None")
+            )
+        # The new id must be new everywhere (the current one included): the archive
+        # recovery tells a committed reset by the session's id having changed.
+        await tx.sessions.claim_generation(new_session_id, None)
+        old_id = current.session_id
+        renewed = await tx.sessions.update_fields(
+            key, reset_values(current.epoch + 1, new_session_id, now)
+        )
+        assert renewed is not None
+        if staged is not None:
+            file = await _stage_archive(tx, current, storage.archive_store_tag)
+            if file is not None:
+                staged.append(file)
+        await tx.transcript.delete_all(old_id)
+        await tx.summaries.delete_for_session(old_id)
+        await tx.states.invalidate(key, reason="session_reset")
+    return renewed
+
+
+async def _stage_archive(tx: Transaction, old: SessionNode, tag: str | None) -> StagedFile | None:
+    """Write the old generation, as this transaction sees it, under a temporary name; a
+    failure is logged and the reset goes on."""
+    snapshot = GenerationSnapshot(
+        session=old.model_copy(update={"epoch": old.epoch + 1}),
+        transcript=await tx.transcript.list_canonical(old.session_id),
+        summaries=await tx.summaries.list_for_session(old.session_id),
+    )
+    try:
+        return await stage_reset_archive(snapshot, now_ms=now_ms(), store_tag=tag)
+    except Exception:
+        log.warning(
+            "reset archive for %s (%s) could not be written; the reset goes on",
+            old.session_key,
+            old.session_id,
+            exc_info=True,
+            extra={"session_key": old.session_key, "operation": "reset"},
+        )
+        return None
+
+
+class Resets:
+    """Resetting sessions, with their archives staged, published or settled."""
+
+    def __init__(self, storage: SessionStorage, generations: GenerationCache) -> None:
+        self._storage = storage
+        self._generations = generations
+
+    async def reset(self, session_key: str) -> ResetReport:
+        """Start a new generation; another writer's concurrent change makes the
+        compare-and-set fail, and the reset then re-reads and tries again."""
+        key = canonicalize_session_key(session_key)
+        for _ in range(_RESET_ATTEMPTS):
+            node = await self._generations.require(key)
+            staged: list[StagedFile] = []
+            renewed_id = new_session_id()
+            try:
+                renewed = await start_generation(
+                    self._storage,
+                    key,
+                    expected_session_id=node.session_id,
+                    expected_epoch=node.epoch,
+                    new_session_id=renewed_id,
+                    now=now_ms(),
+                    staged=staged,
+                )
+            except BaseException as exc:
+                if staged:
+                    await self._settle_archive(staged, key, renewed_id, refused=exc)
+                if isinstance(exc, StaleEpochError):
+                    continue
+                raise
+            path = None
+            for file in staged:
+                path = await _publish_archive(file, key)
+            return ResetReport(self._generations.remember(renewed), node.session_id, path)
+        raise StaleEpochError(f"reset of {key} kept racing other writers; not applied")
+
+    async def _settle_archive(
+        self, staged: list[StagedFile], key: str, renewed_id: str, *, refused: BaseException
+    ) -> None:
+        """After a reset raised, keep its staged archive exactly when the reset committed.
+
+        A cancellation or a lost connection can arrive while the COMMIT is already on its
+        way; then the old generation is gone from the database and the archive is its only
+        copy. So the row decides: the new identity means publish, the old one means discard,
+        and no answer means keep the staged file where it is.
+        """
+        committed: bool | None = False
+        if not isinstance(refused, StaleEpochError):
+            committed = None
+            # The first read may meet the connection the cancellation is still tearing
+            # down; a few tries, before the outcome is declared unknown.
+            for attempt in range(_SETTLE_READS):
+                try:
+                    row = await asyncio.shield(self._storage.get_session(key))
+                except Exception:
+                    log.debug("reading %s to settle its reset archive failed", key, exc_info=True)
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                committed = row is not None and row.session_id == renewed_id
+                break
+        for file in staged:
+            if committed is None:
+                # Unlocked, so that the next start of the store settles it (publishes it
+                # if the reset committed after all, discards it if not).
+                file.release()
+                log.warning(
+                    "reset of %s failed and its outcome is unknown; its archive is kept at %s",
+                    key,
+                    file.temporary,
+                    extra={"session_key": key, "operation": "reset"},
+                )
+            elif committed:
+                await _publish_archive(file, key)
+            else:
+                await asyncio.to_thread(file.discard)
+
+    async def preview(self, session_key: str) -> DeletionPreview:
+        """What :meth:`reset` would delete (and invalidate) now; nothing is changed."""
+        key = canonicalize_session_key(session_key)
+        async with self._storage.uow.snapshot() as tx:
+            node = await tx.sessions.get(key)
+            if node is None:
+                raise SessionNotFoundError(f"Session not found: {key}")
+            return await tx.overview.preview_reset(key, node.session_id)
+
+
+async def _publish_archive(file: StagedFile, key: str) -> Path | None:
+    try:
+        path = await asyncio.to_thread(file.publish)
+    except OSError:  # publish() has unlocked it: the store's next start retries
+        log.warning(
+            "reset archive %s could not be renamed into place; it is kept under that name",
+            file.temporary,
+            exc_info=True,
+            extra={"session_key": key, "operation": "reset"},
+        )
+        return file.temporary
+    log.info(
+        "archived the previous generation of %s to %s",
+        key,
+        path,
+        extra={"session_key": key, "operation": "reset"},
+    )
+    return path

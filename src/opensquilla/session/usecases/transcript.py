@@ -1,0 +1,199 @@
+"""The transcript of a session's current generation: append (fenced), read, truncate.
+
+An append carries the generation it was meant for (docs/semantics.md#fencing): the fence,
+the insert and the session touch commit together, and a generation that moved on meanwhile
+refuses it (``StaleEpochError``) instead of losing it into a deleted generation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from ..errors import InvalidInputError, SessionNotFoundError, StaleEpochError
+from ..keys import canonicalize_session_key
+from ..models import (
+    TranscriptEntry,
+    check_integer,
+    check_millis,
+    check_optional_integer,
+    check_optional_text,
+    check_text,
+)
+from ..models.reports import DeletionPreview
+from ..storage import SessionStorage
+from ..support.clock import now_ms
+from ..support.timeprefix import stamp
+from .generations import GenerationCache
+
+log = logging.getLogger(__name__)
+
+MemorySyncNotify = Callable[[int], Awaitable[None] | None]
+
+PROVENANCE_KEYS = (
+    "kind",
+    "origin_session_id",
+    "source_session_key",
+    "source_channel",
+    "source_tool",
+)
+
+
+def provenance_values(provenance: object) -> dict[str, Any]:
+    """The provenance mapping's values by key; any other shape or key is refused."""
+    if provenance is None:
+        return {}
+    if not isinstance(provenance, Mapping):
+        raise InvalidInputError(
+            f"provenance must be a mapping with the keys {', '.join(PROVENANCE_KEYS)}, not "
+            f"{type(provenance).__name__}"
+        )
+    unknown = [str(name)[:40] for name in provenance if name not in PROVENANCE_KEYS]
+    if unknown:
+        raise InvalidInputError(
+            f"unknown provenance key(s) {', '.join(sorted(unknown))}; the keys are "
+            f"{', '.join(PROVENANCE_KEYS)}"
+        )
+    return dict(provenance)
+
+
+class Transcripts:
+    """Appending to, reading and truncating the live transcript."""
+
+    def __init__(
+        self,
+        storage: SessionStorage,
+        generations: GenerationCache,
+        *,
+        memory_sync_notify: MemorySyncNotify | None = None,
+        inject_time_prefix: bool = True,
+        time_prefix_tz: str | None = None,
+    ) -> None:
+        self._storage = storage
+        self._generations = generations
+        self._memory_sync_notify = memory_sync_notify
+        self._inject_time_prefix = inject_time_prefix
+        self._time_prefix_tz = time_prefix_tz
+
+    async def append(
+        self,
+        session_key: str,
+        role: str,
+        content: str | None,
+        *,
+        tool_calls: list[dict[str, Any]] | None,
+        tool_call_id: str | None,
+        reasoning_content: str | None,
+        turn_usage: dict[str, Any] | None,
+        token_count: int | None,
+        provenance: Mapping[str, Any] | None,
+        turn_context: dict[str, Any] | None,
+    ) -> TranscriptEntry:
+        """``token_count`` is added to ``total_tokens`` only when no ``turn_usage`` is given
+        (usage is then accounted elsewhere); ``reasoning_content`` and ``turn_usage`` are
+        kept for the assistant role only."""
+        check_text("role", role, identifier=True, non_empty=True)
+        check_optional_text("content", content)
+        check_optional_integer("token_count", token_count)
+        origin = provenance_values(provenance)
+        key = canonicalize_session_key(session_key)
+        if role == "user" and self._inject_time_prefix and isinstance(content, str):
+            content = stamp(content, timezone=self._time_prefix_tz)
+        assistant = role == "assistant"
+        delta = token_count if token_count and turn_usage is None else 0
+        while True:
+            (session_id, epoch), cached = await self._generations.current(key)
+            entry = TranscriptEntry(  # InvalidInputError names any value out of its domain
+                session_id=session_id,
+                session_key=key,
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=tool_call_id,
+                reasoning_content=reasoning_content if assistant else None,
+                turn_usage=turn_usage if assistant else None,
+                turn_context=turn_context,
+                token_count=token_count,
+                **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
+            )
+            try:
+                await self._storage.append_message_entry(
+                    entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
+                )
+            except StaleEpochError:
+                self._generations.forget(key)
+                if cached:
+                    continue  # our cached generation was old: read the row and try once more
+                raise
+            break
+        await self._notify_memory_sync(entry)
+        return entry
+
+    async def _notify_memory_sync(self, entry: TranscriptEntry) -> None:
+        if self._memory_sync_notify is None:
+            return
+        size = len((entry.content or "").encode("utf-8"))
+        try:
+            result = self._memory_sync_notify(size)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.warning(
+                "memory sync notification failed for %s",
+                entry.session_key,
+                exc_info=True,
+                extra={"session_key": entry.session_key, "operation": "append_message"},
+            )
+
+    async def live(self, session_key: str, limit: int | None, offset: int) -> list[TranscriptEntry]:
+        node = await self._generations.require(session_key)
+        return await self._storage.get_transcript(node.session_id, limit, offset)
+
+    async def canonical(
+        self, session_key: str, limit: int | None, offset: int
+    ) -> list[TranscriptEntry]:
+        node = await self._generations.require(session_key)
+        return await self._storage.get_canonical_transcript(node.session_id, limit, offset)
+
+    async def count(self, session_key: str) -> int:
+        node = await self._generations.require(session_key)
+        return await self._storage.count_transcript_entries(node.session_id)
+
+    async def truncate(self, session_key: str, max_messages: int) -> dict[str, Any]:
+        truncated, before, after = await truncate_transcript(
+            self._storage, session_key, max_messages, now_ms()
+        )
+        return {"truncated": truncated, "before_count": before, "after_count": after}
+
+    async def preview_truncate(self, session_key: str, max_messages: int) -> DeletionPreview:
+        """What :meth:`truncate` would delete now; nothing is changed."""
+        key = canonicalize_session_key(session_key)
+        check_integer("max_messages", max_messages)
+        async with self._storage.uow.snapshot() as tx:
+            node = await tx.sessions.get(key)
+            if node is None:
+                raise SessionNotFoundError(f"Session not found: {key}")
+            return await tx.overview.preview_truncate(node.session_id, max_messages)
+
+
+async def truncate_transcript(
+    storage: SessionStorage, session_key: str, max_messages: int, now: int
+) -> tuple[bool, int, int]:
+    """Keep the newest ``max_messages`` live rows (ids unchanged), drop the rest and the
+    compacted archive, in one transaction. ``(truncated, before, after)``."""
+    key = canonicalize_session_key(session_key)
+    check_integer("max_messages", max_messages)
+    check_millis("now", now)
+    async with storage.uow.write() as tx:
+        node = await tx.sessions.get(key, lock="update")
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        before = await tx.transcript.count_live(node.session_id)
+        if before <= max_messages:
+            return False, before, before
+        await tx.transcript.delete_live_except_last(node.session_id, max_messages)
+        await tx.transcript.delete_all_archive(node.session_id)
+        await tx.sessions.update_fields(key, {"updated_at": now})
+    return True, before, max_messages
