@@ -4,6 +4,9 @@
 append a conversation with tool calls, compact it (summary, coverage, archive), branch
 before a message, and reset it (the old generation goes to an archive file). Every run uses
 a fresh key, so it can be run again and again.
+
+The script lives with the command (not in the library): it is a walkthrough for people
+trying the store, and the command is its only caller.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compaction import CompactionConfig
-from .manager import SessionManager
+import typer
+
+from ..compaction import CompactionConfig
+from ..manager import SessionManager
+from .options import Json
+from .render.demo import DEMO, DemoRun
+from .runtime import dsn, open_manager, run
 
 DEMO_AGENT = "demo"
 DEMO_WINDOW_TOKENS = 2000
@@ -250,3 +258,14 @@ async def run_demo(manager: SessionManager, *, session_key: str | None = None) -
         archive_path=str(reset.archive_path) if reset.archive_path else None,
     )
     return report
+
+
+def demo(ctx: typer.Context, as_json: Json = False) -> None:
+    """Play a scripted agent conversation on the database (the embedded default if unset)."""
+    DEMO.show(run(lambda: _demo(dsn(ctx))), as_json)
+
+
+async def _demo(dsn: str) -> DemoRun:
+    """The call into the library: the script, on a manager of its own."""
+    async with open_manager(dsn) as manager:
+        return DemoRun(await run_demo(manager), manager.storage.target.render())

@@ -1,0 +1,73 @@
+"""``db upgrade|downgrade|current|check|history``: the schema migrations (Alembic)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..usecases import overview
+from .options import Json
+from .render import db as render
+from .render.text import out
+from .runtime import EXIT_CHECK_FAILED, dsn, run
+
+Revisions = tuple[tuple[str, ...], tuple[str, ...]]  # (before, after)
+
+
+def db_upgrade(
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+) -> None:
+    """Upgrade the schema (default: to the newest revision)."""
+    before, after = run(lambda: _upgrade(dsn(ctx), revision))
+    if before == after:
+        out.print(f"already at {render.revisions(after)}")
+    else:
+        out.print(f"upgraded from {render.revisions(before)} to {render.revisions(after)}")
+
+
+def db_downgrade(
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="Target revision ('base' drops the tables).")],
+) -> None:
+    """Downgrade the schema to REVISION."""
+    before, after = run(lambda: _downgrade(dsn(ctx), revision))
+    out.print(f"downgraded from {render.revisions(before)} to {render.revisions(after)}")
+
+
+def db_current(ctx: typer.Context, as_json: Json = False) -> None:
+    """Show the revision the database is at."""
+    render.CURRENT.show(run(lambda: _current(dsn(ctx))), as_json)
+
+
+def db_check(ctx: typer.Context, as_json: Json = False) -> None:
+    """Compare the database with the code; exit 2 if it is behind, ahead or drifted."""
+    report = run(lambda: _check(dsn(ctx)))
+    render.SCHEMA.show(report, as_json)
+    if not report.ok:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def db_history(as_json: Json = False) -> None:
+    """List the migration revisions, newest first."""
+    render.HISTORY.show(overview.revision_history(), as_json)
+
+
+# -- calls into the library: one per command -------------------------------------------
+
+
+async def _upgrade(dsn: str, revision: str) -> Revisions:
+    return await overview.upgrade(dsn, revision)
+
+
+async def _downgrade(dsn: str, revision: str) -> Revisions:
+    return await overview.downgrade(dsn, revision)
+
+
+async def _current(dsn: str) -> tuple[str, ...]:
+    return await overview.current_revisions(dsn)
+
+
+async def _check(dsn: str) -> overview.SchemaReport:
+    return await overview.schema_report(dsn)

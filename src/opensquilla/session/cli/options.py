@@ -1,0 +1,64 @@
+"""The options and arguments the commands share, each declared once.
+
+A command names its parameters with these aliases (``as_json: Json = False``), so an
+option's name, range and help text are the same wherever it appears. Defaults stay at each
+command: they are part of what that command means.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+
+from ..errors import InvalidInputError
+
+INT64_MAX = 2**63 - 1  # the largest count, id or age (ms) the store can hold or compare
+MAX_JOBS = 64  # copy's concurrent target transactions (each holds a connection)
+MAX_BATCH = 100_000  # copy's sessions per source snapshot (held in memory at once)
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def parse_duration(text: str) -> int:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``500ms``, ``2w`` -> milliseconds."""
+    match = _DURATION.match(text or "")
+    if match is None:
+        raise InvalidInputError(
+            f"invalid duration {text!r}: use a whole number and a unit, e.g. 30d, 12h, 90m, 45s"
+        )
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+# -- global ----------------------------------------------------------------------------
+
+Dsn = Annotated[
+    str | None,
+    typer.Option(
+        "--dsn",
+        help="Database: a SQLite path or URL, or postgresql://... "
+        "(default: $OPENSQUILLA_SESSION_DSN, else ~/.opensquilla/sessions.db).",
+    ),
+]
+Verbose = Annotated[
+    int, typer.Option("--verbose", "-v", count=True, help="Log to stderr (-vv: debug).")
+]
+
+# -- output and safety -----------------------------------------------------------------
+
+Json = Annotated[bool, typer.Option("--json")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Only report what would go.")]
+
+# -- selecting -------------------------------------------------------------------------
+
+SessionKey = Annotated[str, typer.Argument(help="Session key.")]
+SummaryId = Annotated[
+    int, typer.Argument(min=0, max=INT64_MAX, help="Summary id (from 'repair list').")
+]
+Limit = Annotated[int, typer.Option("--limit", min=0, max=INT64_MAX)]
+Offset = Annotated[int, typer.Option("--offset", min=0, max=INT64_MAX)]
+AgentFilter = Annotated[str | None, typer.Option("--agent", help="Only this agent.")]
+# ``repair list`` has always shown --agent without help text; kept as it is.
+RepairAgentFilter = Annotated[str | None, typer.Option("--agent")]

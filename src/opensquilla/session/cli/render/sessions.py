@@ -1,0 +1,138 @@
+"""The ``sessions`` commands' output: the session listing and one session in full."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.table import Table
+
+from ...models import SessionContextState, SessionNode, SessionSummary, TranscriptEntry
+from ...support.jsontext import strict_json
+from . import View
+from .text import field, out, record, visible, when
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """One page of ``sessions list``."""
+
+    nodes: list[SessionNode]
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class SessionDetail:
+    """Everything ``sessions show`` reads about one session."""
+
+    node: SessionNode
+    canonical: bool
+    transcript: list[TranscriptEntry]
+    summaries: list[SessionSummary]
+    states: list[SessionContextState]
+
+
+def _print_sessions(page: SessionPage) -> None:
+    if not page.nodes:
+        out.print("no sessions")
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("key", overflow="fold", min_width=24)
+    for name in ("status", "agent", "updated", "epoch", "tokens", "model"):
+        table.add_column(name, overflow="fold")
+    for node in page.nodes:
+        table.add_row(
+            field(node.session_key),
+            field(node.status),
+            field(node.agent_id),
+            when(node.updated_at),
+            field(node.epoch),
+            field(node.total_tokens),
+            field(node.model or "-"),
+        )
+    out.print(table)
+
+
+def entry_lines(entry: TranscriptEntry) -> list[str]:
+    """One message as text: tool calls and tool results folded to one line each."""
+    head = f"[bold]#{field(entry.id)} {field(entry.role)}[/bold] "
+    head += f"[dim]{when(entry.created_at)}[/dim]"
+    if entry.role == "tool" or entry.tool_call_id:
+        first = (entry.content or "").splitlines()[0] if entry.content else ""
+        return [
+            f"{head} ↩ {field(entry.tool_call_id or '-')}: {visible(first, 100, one_line=True)}"
+        ]
+    lines = [head]
+    if entry.content:
+        lines.append(visible(entry.content))
+    for call in entry.tool_calls or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        shown = arguments if isinstance(arguments, str) else strict_json(arguments, None)
+        lines.append(
+            f"  ↳ {field(name or 'tool call')}({visible(shown, 80, one_line=True)}) "
+            f"[dim]{field(call.get('id', '') if isinstance(call, dict) else '')}[/dim]"
+        )
+    return lines
+
+
+def print_transcript(entries: list[TranscriptEntry]) -> None:
+    for entry in entries:
+        for line in entry_lines(entry):
+            out.print(line)
+
+
+def _print_session(detail: SessionDetail) -> None:
+    node = detail.node
+    fields = Table.grid(padding=(0, 2))
+    for name, value in record(node).items():
+        if value not in (None, "", {}, []):
+            shown = value if isinstance(value, str) else strict_json(value, None)
+            if name.endswith("_at") and isinstance(value, int) and not isinstance(value, bool):
+                shown = f"{value} ({when(value)})"
+            fields.add_row(name, field(shown))
+    out.print(f"[bold]session {field(node.session_key)}[/bold]")
+    out.print(fields)
+    view = "canonical transcript" if detail.canonical else "live transcript"
+    out.print(f"\n[bold]{view}[/bold] ({len(detail.transcript)} messages)")
+    print_transcript(detail.transcript)
+    out.print(f"\n[bold]summaries[/bold] ({len(detail.summaries)})")
+    for summary in detail.summaries:
+        out.print(
+            f"#{field(summary.id)} index {field(summary.compaction_index)} "
+            f"{field(summary.compaction_id)}: "
+            f"removed {field(summary.removed_count)}, kept {field(summary.kept_count)}, "
+            f"coverage {field(summary.coverage_status)}, "
+            f"flush {field(summary.flush_receipt_status)}, "
+            f"through #{field(summary.covered_through_id)}"
+        )
+        out.print(visible(summary.summary_text, 400))
+    out.print(f"\n[bold]context states[/bold] ({len(detail.states)})")
+    for state in detail.states:
+        validity = "valid" if state.valid else f"invalid ({field(state.invalid_reason)})"
+        out.print(
+            f"#{field(state.id)} {field(state.provider)}/{field(state.state_kind)} "
+            f"through #{field(state.covered_through_id)}, {validity}"
+        )
+
+
+SESSIONS: View[SessionPage] = View(
+    lambda page: {
+        "sessions": [record(node) for node in page.nodes],
+        "limit": page.limit,
+        "offset": page.offset,
+    },
+    _print_sessions,
+)
+SESSION: View[SessionDetail] = View(
+    lambda detail: {
+        "session": record(detail.node),
+        "transcript_view": "canonical" if detail.canonical else "live",
+        "transcript": [record(entry) for entry in detail.transcript],
+        "summaries": [record(summary) for summary in detail.summaries],
+        "context_states": [record(state) for state in detail.states],
+    },
+    _print_session,
+)

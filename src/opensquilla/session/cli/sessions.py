@@ -1,0 +1,75 @@
+"""``sessions list|show``: read the store, change nothing."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..errors import SessionNotFoundError
+from ..models import SessionNode, SessionStatus
+from .options import AgentFilter, Json, Limit, Offset, SessionKey
+from .render.sessions import SESSION, SESSIONS, SessionDetail, SessionPage
+from .runtime import dsn, open_manager, run
+
+
+def sessions_list(
+    ctx: typer.Context,
+    agent: AgentFilter = None,
+    status: Annotated[SessionStatus | None, typer.Option("--status")] = None,
+    parent: Annotated[str | None, typer.Option("--parent", help="Children of this key.")] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    as_json: Json = False,
+) -> None:
+    """List sessions, most recently updated first."""
+    nodes = run(lambda: _list(dsn(ctx), agent, status, parent, limit, offset))
+    SESSIONS.show(SessionPage(nodes, limit, offset), as_json)
+
+
+def sessions_show(
+    ctx: typer.Context,
+    key: SessionKey,
+    canonical: Annotated[
+        bool, typer.Option("--canonical", help="Include the compacted archive.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Show a session: its fields, transcript, summaries and context states."""
+    SESSION.show(run(lambda: _show(dsn(ctx), key, canonical)), as_json)
+
+
+# -- calls into the library: one per command -------------------------------------------
+
+
+async def _list(
+    dsn: str,
+    agent: str | None,
+    status: SessionStatus | None,
+    parent: str | None,
+    limit: int,
+    offset: int,
+) -> list[SessionNode]:
+    async with open_manager(dsn) as manager:
+        return await manager.list_sessions(
+            agent_id=agent,
+            status=status.value if status is not None else None,
+            limit=limit,
+            offset=offset,
+            parent_session_key=parent,
+        )
+
+
+async def _show(dsn: str, key: str, canonical: bool) -> SessionDetail:
+    async with open_manager(dsn) as manager:
+        node = await manager.get_session(key)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        read = manager.get_canonical_transcript if canonical else manager.get_transcript
+        return SessionDetail(
+            node=node,
+            canonical=canonical,
+            transcript=await read(node.session_key),
+            summaries=await manager.get_summaries(node.session_key),
+            states=await manager.get_context_states(node.session_key, valid_only=False),
+        )
