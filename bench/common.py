@@ -17,7 +17,7 @@ import asyncpg
 import sqlalchemy as sa
 
 from opensquilla.session import SessionStorage
-from opensquilla.session.clock import new_message_id, new_session_id
+from opensquilla.session.support.clock import new_message_id, new_session_id
 
 PG_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 MESSAGE = ("The quick brown fox jumps over the lazy dog while the agent plans its next step. " * 3)[

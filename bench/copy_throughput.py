@@ -24,8 +24,9 @@ import asyncpg
 from sqlalchemy.engine import make_url
 
 from opensquilla.session import SessionStorage
-from opensquilla.session.clock import new_message_id, now_ms
-from opensquilla.session.operations import CHILD_TABLES, SessionRows
+from opensquilla.session.db.tables import CHILD_TABLES
+from opensquilla.session.models.reports import SessionRows
+from opensquilla.session.support.clock import new_message_id, now_ms
 from opensquilla.session.transfer import copy_sessions, verify_copy
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -11,6 +11,7 @@ from common import MESSAGE, Timings, bulk_fill, bulk_sessions, fresh_target, med
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.compaction import CompactionConfig
+from opensquilla.session.usecases.retention import prune_stale
 
 
 async def _store(target: str, **options: Any) -> tuple[SessionStorage, SessionManager]:
@@ -138,7 +139,7 @@ async def retention(backend: str, sessions: int) -> dict[str, float]:
             capped = await manager.cap_entries(sessions // 2)
             cap_ms = (time.perf_counter_ns() - start) / 1e6
             start = time.perf_counter_ns()
-            pruned = await storage.prune_stale(1_700_000_000_000 + sessions)
+            pruned = await prune_stale(storage, 1_700_000_000_000 + sessions)
             prune_ms = (time.perf_counter_ns() - start) / 1e6
             return {"cap_ms": cap_ms, "capped": capped, "prune_ms": prune_ms, "pruned": pruned}
         finally:

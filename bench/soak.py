@@ -68,12 +68,14 @@ EXPECTED_REFUSALS = (StaleEpochError, SessionNotFoundError, SessionExistsError)
 
 def _track_deletions(deleted: list[tuple[str, str]]) -> None:
     """Record every (key, session id) the store's cascade delete removes in this process."""
-    from opensquilla.session.db.repos import sessions as session_repo
+    from opensquilla.session.db.repos.sessions import SessionRepository
     from opensquilla.session.db.tables import sessions as table
 
-    original = session_repo.delete_cascade
+    original = SessionRepository.delete_cascade
 
-    async def tracked(conn: Any, keys: Any, *, updated_before: int | None = None) -> list[str]:
+    async def tracked(
+        repo: SessionRepository, keys: Any, *, updated_before: int | None = None
+    ) -> list[str]:
         ids: dict[str, str] = {}
         if keys:
             query = (
@@ -81,12 +83,12 @@ def _track_deletions(deleted: list[tuple[str, str]]) -> None:
                 .where(table.c.session_key.in_(list(keys)))
                 .with_for_update()
             )
-            ids = {row.session_key: row.session_id for row in await conn.execute(query)}
-        gone = await original(conn, keys, updated_before=updated_before)
+            ids = {row.session_key: row.session_id for row in await repo.conn.execute(query)}
+        gone = await original(repo, keys, updated_before=updated_before)
         deleted.extend((key, ids[key]) for key in gone)
         return list(gone)
 
-    session_repo.delete_cascade = tracked  # type: ignore[assignment]
+    SessionRepository.delete_cascade = tracked  # type: ignore[method-assign]
 
 
 def worker_main(

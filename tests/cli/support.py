@@ -13,6 +13,7 @@ from typer.testing import CliRunner, Result
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.cli import app
+from opensquilla.session.cli.demo import SCRIPT
 from opensquilla.session.db.tables import (
     compacted_transcript_entries,
     session_context_states,
@@ -20,7 +21,6 @@ from opensquilla.session.db.tables import (
     sessions,
     transcript_entries,
 )
-from opensquilla.session.demo import SCRIPT
 from opensquilla.session.models import SessionContextState, TranscriptEntry
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opensquilla.session.db.repos import transfer as transfer_repo
+from opensquilla.session.db.repos.transfer import TransferRepository
 
 from .support import cli, dump_tables, opened, run, seed_rich
 
@@ -96,17 +96,17 @@ def test_interrupted_copy_resumes_to_completion(
 ) -> None:
     source = str(tmp_path / "source.db")
     seeded = run(seed_rich(source, big=False))
-    real = transfer_repo.insert_children
+    real = TransferRepository.insert_children
     calls = {"n": 0}
 
-    async def fail_in_third_session(conn, bundle):  # type: ignore[no-untyped-def]
+    async def fail_in_third_session(repo, bundle):  # type: ignore[no-untyped-def]
         calls["n"] += 1
-        filled = await real(conn, bundle)  # its rows are in, its transaction is open
+        filled = await real(repo, bundle)  # its rows are in, its transaction is open
         if calls["n"] == 3:
             raise failure
         return filled
 
-    monkeypatch.setattr(transfer_repo, "insert_children", fail_in_third_session)
+    monkeypatch.setattr(TransferRepository, "insert_children", fail_in_third_session)
     broken = cli(None, "copy", "--from", source, "--to", database, "--jobs", "1")
     expected_code = 130 if isinstance(failure, KeyboardInterrupt) else 1
     assert broken.exit_code == expected_code, broken.output
@@ -117,7 +117,7 @@ def test_interrupted_copy_resumes_to_completion(
     for name, rows in partial.items():
         assert {row["session_key"] for row in rows} <= set(done), name
 
-    monkeypatch.setattr(transfer_repo, "insert_children", real)
+    monkeypatch.setattr(TransferRepository, "insert_children", real)
     resumed = _copy(source, database)
     assert resumed.exit_code == 0, resumed.output
     report = json.loads(resumed.stdout)
@@ -153,18 +153,18 @@ def test_parallel_copy_interrupted_keeps_whole_sessions_only(
 
     run(many())
     original = run(dump_tables(source))
-    real = transfer_repo.insert_children
+    real = TransferRepository.insert_children
     calls = {"n": 0}
 
-    async def fail_once(conn, bundle):  # type: ignore[no-untyped-def]
+    async def fail_once(repo, bundle):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         mine = calls["n"]  # others may call meanwhile: remember which call this is
-        filled = await real(conn, bundle)
+        filled = await real(repo, bundle)
         if mine == 6:
             raise failure
         return filled
 
-    monkeypatch.setattr(transfer_repo, "insert_children", fail_once)
+    monkeypatch.setattr(TransferRepository, "insert_children", fail_once)
     broken = cli(None, "copy", "--from", source, "--to", database, "--jobs", "4")
     expected_code = 130 if isinstance(failure, KeyboardInterrupt) else 1
     assert broken.exit_code == expected_code, (calls, broken.output)
@@ -176,7 +176,7 @@ def test_parallel_copy_interrupted_keeps_whole_sessions_only(
         expected = [row for row in original[name] if row["session_key"] in copied]
         assert rows == expected, name
 
-    monkeypatch.setattr(transfer_repo, "insert_children", real)
+    monkeypatch.setattr(TransferRepository, "insert_children", real)
     resumed = _copy(source, database, "--jobs", "4", "--batch-size", "5")
     assert resumed.exit_code == 0, resumed.output
     report = json.loads(resumed.stdout)

@@ -6,7 +6,8 @@ import json
 
 import sqlalchemy as sa
 
-from opensquilla.session import SessionStorage, migrate
+from opensquilla.session import SessionStorage
+from opensquilla.session.db import migrate
 
 from .support import cli, run
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from opensquilla.session import SessionStorage
-from opensquilla.session.operations import SessionRows
+from opensquilla.session.db.repos.transfer import table_layout
+from opensquilla.session.models.reports import SessionRows
 from opensquilla.session.transfer import (
     ExportFormatError,
     ExportReader,
@@ -18,7 +18,7 @@ from opensquilla.session.transfer import (
     session_digest,
 )
 
-LAYOUT = SessionStorage.table_layout()
+LAYOUT = table_layout()
 
 
 def _session(**changes: object) -> SessionRows:

@@ -201,19 +201,19 @@ def test_a_failure_inside_one_session_leaves_none_of_it(
     path = tmp_path / "x.jsonl"
     _export(database, path)
 
-    from opensquilla.session.db.repos import transfer as transfer_repo
+    from opensquilla.session.db.repos.transfer import TransferRepository
 
-    real = transfer_repo.insert_children
+    real = TransferRepository.insert_children
     calls = {"n": 0}
 
-    async def failing(conn, bundle):  # the second session fails after its rows went in
+    async def failing(repo, bundle):  # the second session fails after its rows went in
         calls["n"] += 1
-        filled = await real(conn, bundle)
+        filled = await real(repo, bundle)
         if calls["n"] == 2:
             raise RuntimeError("injected failure")
         return filled
 
-    monkeypatch.setattr(transfer_repo, "insert_children", failing)
+    monkeypatch.setattr(TransferRepository, "insert_children", failing)
     result = cli(empty_database, "import", str(path))
     assert result.exit_code == 1 and "injected failure" in result.stderr
     tables = run(dump_tables(empty_database))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opensquilla.session.clock import now_ms
+from opensquilla.session.support.clock import now_ms
 
 from .support import append_script, cli, dump_tables, opened, run
 

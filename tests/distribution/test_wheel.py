@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from opensquilla.session import migrate
+from opensquilla.session.db import migrate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,8 @@ PROBE = r"""
 import asyncio, json, sys
 import sqlalchemy as sa
 import opensquilla.session as package
-from opensquilla.session import SessionStorage, migrate
+from opensquilla.session import SessionStorage
+from opensquilla.session.db import migrate
 
 async def main(target):
     async with SessionStorage(target) as storage:

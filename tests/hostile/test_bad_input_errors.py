@@ -33,6 +33,7 @@ from opensquilla.session.models import (
     SessionSummary,
     TranscriptEntry,
 )
+from opensquilla.session.usecases import reset, retention, transcript
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:bad-input"
@@ -108,9 +109,9 @@ async def test_integers_beyond_64_bits_are_invalid_input_naming_the_parameter(
                 session_id=node.session_id, session_key=KEY, summary_text="s", tokens_before=big
             )
         ),
-        "updated_before": lambda: storage.prune_stale(big),
+        "updated_before": lambda: retention.prune_stale(storage, big),
         "summary_id": lambda: storage.update_summary_flush_receipt_status(big, "safe"),
-        "now": lambda: storage.truncate_transcript(KEY, 1, big),
+        "now": lambda: transcript.truncate_transcript(storage, KEY, 1, big),
     }
     for name, call in calls.items():
         await refused(storage, call, names=name)
@@ -326,7 +327,8 @@ async def test_values_of_the_wrong_type_are_refused_not_coerced(
     )
     await refused(
         storage,
-        lambda: storage.reset_session(
+        lambda: reset.start_generation(
+            storage,
             KEY,
             expected_session_id=node.session_id,
             expected_epoch=0,
@@ -355,9 +357,15 @@ async def test_retention_batches_of_zero_are_refused_instead_of_looping_forever(
 ) -> None:
     """``batch_size=0`` made ``prune_stale`` and ``cap_sessions`` loop forever."""
     await manager.create(KEY)
-    await refused(storage, lambda: storage.prune_stale(2**62, batch_size=0), names="batch_size")
-    await refused(storage, lambda: storage.cap_sessions(0, batch_size=0), names="batch_size")
-    await refused(storage, lambda: storage.cap_sessions(0, batch_size=True), names="batch_size")
+    await refused(
+        storage, lambda: retention.prune_stale(storage, 2**62, batch_size=0), names="batch_size"
+    )
+    await refused(
+        storage, lambda: retention.cap_sessions(storage, 0, batch_size=0), names="batch_size"
+    )
+    await refused(
+        storage, lambda: retention.cap_sessions(storage, 0, batch_size=True), names="batch_size"
+    )
 
 
 # -- settings ------------------------------------------------------------------------------

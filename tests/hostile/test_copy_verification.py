@@ -10,7 +10,9 @@ cannot take is reported by key with the reason while the others are copied.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +20,17 @@ import pytest
 import sqlalchemy as sa
 
 from opensquilla.session import SessionStorage, transfer
+from opensquilla.session.db.repos.transfer import table_layout
 from opensquilla.session.db.tables import sessions, transcript_entries
 from opensquilla.session.db.types import MARKER
 from opensquilla.session.errors import DatabaseUnavailableError, SessionStoreError
-from opensquilla.session.operations import SessionRows
+from opensquilla.session.models.reports import SessionRows
 from opensquilla.session.transfer import canonical_row, session_digest
+from opensquilla.session.transfer.store import TransferStore
 
 from ..cli.support import cli, dump_tables, opened, run, seed_rich
 
-LAYOUT = SessionStorage.table_layout()
+LAYOUT = table_layout()
 KEY = "agent:main:exact"
 
 
@@ -231,16 +235,21 @@ def test_a_session_id_another_key_holds_in_the_target_is_refused_by_name(
     assert run(dump_tables(target))["transcript_entries"] == before
 
 
-class _LosingTarget(SessionStorage):
-    """A target whose connection is lost while the second session is written."""
+@contextlib.contextmanager
+def _connection_lost_at_the_second_insert() -> Iterator[None]:
+    """While inside: the target's connection is lost while the second session is written."""
+    real = TransferStore.insert
+    calls = {"n": 0}
 
-    calls = 0
-
-    async def insert_session_rows(self, rows: SessionRows, **options: Any) -> bool:
-        type(self).calls += 1
-        if type(self).calls == 2:
+    async def insert(self: TransferStore, rows: SessionRows, **options: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 2:
             raise DatabaseUnavailableError("connection lost (injected)")
-        return await super().insert_session_rows(rows, **options)
+        return await real(self, rows, **options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TransferStore, "insert", insert)
+        yield
 
 
 def test_losing_the_target_names_the_session_and_a_rerun_finishes(
@@ -250,12 +259,13 @@ def test_losing_the_target_names_the_session_and_a_rerun_finishes(
     target = str(tmp_path / "target.db")
 
     async def first() -> str:
-        async with SessionStorage(database) as src, _LosingTarget(target) as dst:
+        async with SessionStorage(database) as src, SessionStorage(target) as dst:
             with pytest.raises(SessionStoreError) as caught:
                 await transfer.copy_sessions(src, dst, jobs=1)
             return str(caught.value)
 
-    message = run(first())
+    with _connection_lost_at_the_second_insert():
+        message = run(first())
     assert f"copy stopped at session {seeded.keys[1]!r}" in message
     assert "run the same copy again" in message
 

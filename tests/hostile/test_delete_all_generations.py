@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db.repos import transcript as transcript_repo
+from opensquilla.session.db.repos.transcript import TranscriptRepository
 from opensquilla.session.models import (
     CompactedTranscriptEntry,
     SessionContextState,
@@ -46,11 +46,12 @@ async def _raw_insert(storage: SessionStorage, *rows: Any) -> None:
     """Rows the writers now refuse (another session's id under this key, and the like),
     as a legacy file or an older import could hold them: straight into the tables."""
     async with storage.engine.begin() as conn:
+        transcript = TranscriptRepository(conn)
         for row in rows:
             if isinstance(row, TranscriptEntry):
-                await transcript_repo.insert(conn, row)
+                await transcript.insert(row)
             elif isinstance(row, CompactedTranscriptEntry):
-                await transcript_repo.insert_archive_rows(conn, [row])
+                await transcript.insert_archive_rows([row])
             else:
                 table = "session_summaries" if isinstance(row, SessionSummary) else None
                 table = table or "session_context_states"

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db.repos import sessions as session_repo
+from opensquilla.session.db.repos.sessions import SessionRepository
 from opensquilla.session.errors import (
     IntegrityViolationError,
     InvalidInputError,
@@ -35,7 +35,9 @@ from opensquilla.session.models import (
     SessionSummary,
     TranscriptEntry,
 )
-from opensquilla.session.operations import SessionRows
+from opensquilla.session.models.reports import SessionRows
+from opensquilla.session.transfer.store import TransferStore
+from opensquilla.session.usecases import branching, reset
 from tests.cli.support import cli
 from tests.helpers import table_snapshot
 
@@ -155,6 +157,9 @@ def _import_block(session_id: str, *, in_rows: bool) -> SessionRows:
     return SessionRows(values, {"transcript_entries": [entry_values]} if in_rows else {})
 
 
+# The storage's writers, and the use cases and the transfer store's insert that write past
+# it (``branch_session``, ``reset_session`` and ``insert_session_rows`` keep the names they
+# had as storage methods).
 STORAGE_WRITERS: dict[str, StorageWriter] = {
     "create_session": lambda s, a: s.create_session(
         SessionNode(session_key=TAKER, session_id=a.session_id)
@@ -164,22 +169,23 @@ STORAGE_WRITERS: dict[str, StorageWriter] = {
     ),
     "upsert_session (a newer epoch of an existing key)": lambda s, a: _upsert_newer(s, a),
     "update_session_fields": lambda s, a: _update_fields(s, a),
-    "branch_session": lambda s, a: s.branch_session(
-        OWNER, lambda parent: SessionNode(session_key=TAKER, session_id=parent.session_id)
+    "branch_session": lambda s, a: branching.branch_session(
+        s, OWNER, TAKER, session_id=a.session_id
     ),
     "reset_session (another session's id)": lambda s, a: _reset_to(s, a),
-    "reset_session (its own current id)": lambda s, a: s.reset_session(
+    "reset_session (its own current id)": lambda s, a: reset.start_generation(
+        s,
         OWNER,
         expected_session_id=a.session_id,
         expected_epoch=0,
         new_session_id=a.session_id,
         now=1,
     ),
-    "insert_session_rows (the session row)": lambda s, a: s.insert_session_rows(
-        _import_block(a.session_id, in_rows=False)
+    "insert_session_rows (the session row)": lambda s, a: TransferStore(s).insert(
+        _import_block(a.session_id, in_rows=False), if_exists="fail"
     ),
-    "insert_session_rows (its rows)": lambda s, a: s.insert_session_rows(
-        _import_block(a.session_id, in_rows=True)
+    "insert_session_rows (its rows)": lambda s, a: TransferStore(s).insert(
+        _import_block(a.session_id, in_rows=True), if_exists="fail"
     ),
     "append_transcript_entry": lambda s, a: s.append_transcript_entry(
         TranscriptEntry(session_id=a.session_id, session_key=TAKER, role="user", content="x")
@@ -217,7 +223,8 @@ async def _update_fields(storage: SessionStorage, owner: SessionNode) -> None:
 async def _reset_to(storage: SessionStorage, owner: SessionNode) -> None:
     taker = await storage.get_session(TAKER)
     assert taker is not None
-    await storage.reset_session(
+    await reset.start_generation(
+        storage,
         TAKER,
         expected_session_id=taker.session_id,
         expected_epoch=taker.epoch,
@@ -291,7 +298,7 @@ async def test_the_unique_index_firing_in_a_race_gives_the_same_clear_error(
     if writer in NEEDS_TAKER:
         await manager.create(TAKER)
     before = await table_snapshot(storage)
-    monkeypatch.setattr(session_repo, "claim_generation", _check_passes)
+    monkeypatch.setattr(SessionRepository, "claim_generation", _check_passes)
 
     with pytest.raises(SessionIdInUseError) as refused:
         await STORAGE_WRITERS[writer](storage, owner)
@@ -307,7 +314,7 @@ async def test_two_creators_of_one_key_with_one_id_racing_both_get_the_session(
     """The loser of the race sees the key taken (get_or_create returns the winner's row),
     not an error."""
     await manager.create(OWNER, session_id="shared-by-design")
-    monkeypatch.setattr(session_repo, "claim_generation", _check_passes)
+    monkeypatch.setattr(SessionRepository, "claim_generation", _check_passes)
 
     assert (
         await storage.create_session(SessionNode(session_key=OWNER, session_id="shared-by-design"))
@@ -323,14 +330,14 @@ async def test_two_concurrent_creators_of_one_id_one_wins_the_other_gets_the_cle
 ) -> None:
     """A real race on PostgreSQL: both checks pass (held at a barrier), both insert; the
     unique index makes the second wait for the first and then refuse it."""
-    real_claim = session_repo.claim_generation
+    real_claim = SessionRepository.claim_generation
     barrier = asyncio.Barrier(2)
 
     async def claim_then_meet(*args: Any, **kwargs: Any) -> None:
         await real_claim(*args, **kwargs)
         await asyncio.wait_for(barrier.wait(), 30)
 
-    monkeypatch.setattr(session_repo, "claim_generation", claim_then_meet)
+    monkeypatch.setattr(SessionRepository, "claim_generation", claim_then_meet)
     async with SessionStorage(database) as first, SessionStorage(database) as second:
         results = await asyncio.gather(
             SessionManager(first).create("agent:main:x", session_id="contested"),

@@ -11,9 +11,11 @@ another session's session id, and a session already imported identically is reco
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opensquilla.session import SessionStorage, transfer
+from opensquilla.session.db.repos.transfer import table_layout
 from opensquilla.session.errors import DatabaseUnavailableError, SessionStoreError
-from opensquilla.session.operations import SessionRows
+from opensquilla.session.models.reports import SessionRows
+from opensquilla.session.transfer.store import TransferStore
 
 from ..cli.support import TABLES, cli, dump_tables, opened, run, seed_rich
 
@@ -284,16 +288,21 @@ def test_row_ids_taken_in_the_target_refuse_the_file_up_front(
     assert run(dump_tables(database)) == before
 
 
-class _FailingStorage(SessionStorage):
-    """A target whose connection is lost while the second session is being written."""
+@contextlib.contextmanager
+def _connection_lost_at_the_second_insert() -> Iterator[None]:
+    """While inside: the target's connection is lost while the second session is written."""
+    real = TransferStore.insert
+    calls = {"n": 0}
 
-    calls = 0
-
-    async def insert_session_rows(self, rows: SessionRows, **options: Any) -> bool:
-        type(self).calls += 1
-        if type(self).calls == 2:
+    async def insert(self: TransferStore, rows: SessionRows, **options: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 2:
             raise DatabaseUnavailableError("connection lost (injected)")
-        return await super().insert_session_rows(rows, **options)
+        return await real(self, rows, **options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TransferStore, "insert", insert)
+        yield
 
 
 def test_a_failure_mid_import_is_reported_accurately_and_a_rerun_finishes(
@@ -304,12 +313,13 @@ def test_a_failure_mid_import_is_reported_accurately_and_a_rerun_finishes(
     _export(database, path)
 
     async def first_run() -> str:
-        async with _FailingStorage(empty_database) as storage:
+        async with SessionStorage(empty_database) as storage:
             with pytest.raises(SessionStoreError) as caught:
                 await transfer.import_sessions(storage, path)
         return str(caught.value)
 
-    message = run(first_run())
+    with _connection_lost_at_the_second_insert():
+        message = run(first_run())
     first, second = seeded.keys[0], seeded.keys[1]
     assert f"import stopped at session {second!r}" in message
     assert f"1 session(s) imported before it stay ({first!r})" in message
@@ -417,7 +427,7 @@ def test_any_single_bad_value_is_refused_whole_or_imported_exactly(
         return
     reexported = tmp_path / "again.jsonl"
     assert cli(target, "export", "-o", str(reexported)).exit_code == 0
-    layout = SessionStorage.table_layout()
+    layout = table_layout()
     wanted = list(transfer.ExportReader(path, layout).sessions())
     got = list(transfer.ExportReader(reexported, layout).sessions())
     assert [(s.session, s.children) for s in got] == [(s.session, s.children) for s in wanted]

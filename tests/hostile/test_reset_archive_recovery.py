@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.archive import (
+from opensquilla.session.fs.reset_archive import (
     INCOMPLETE_GRACE_SECONDS,
     stage_reset_archive,
     store_tag,
@@ -40,7 +40,8 @@ AFTER_COMMIT, INSIDE_TRANSACTION = 17, 18
 # Runs the reset in a child process and dies at the chosen point.
 _CRASHING_RESET = """
 import asyncio, os, sys
-from opensquilla.session import SessionManager, SessionStorage, archive, files
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.fs import reset_archive as archive, files
 
 target, point = sys.argv[1], sys.argv[2]
 if point == "after_commit":

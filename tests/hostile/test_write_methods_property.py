@@ -1,7 +1,8 @@
 """Random values of the wrong type, size and domain for every public write method
 (issue 11, "Done when").
 
-Each example picks one write method of ``SessionManager`` or ``SessionStorage`` and one
+Each example picks one write method of ``SessionManager`` or ``SessionStorage``, or one
+multi-row write operation of ``opensquilla.session.usecases``, and one
 argument (or record field) of it, and passes a random hostile value there: integers beyond
 32 and 64 bits, negative numbers, floats, NaN and infinities, bools where integers belong,
 strings where integers belong, ``None``, NUL-bearing strings, lone surrogates, very long
@@ -18,9 +19,11 @@ method family.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import itertools
 import math
+import pkgutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session import SessionManager, SessionStorage, usecases
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.db import rows, tables
 from opensquilla.session.errors import SessionStoreError
@@ -39,6 +42,14 @@ from opensquilla.session.models import (
     SessionSummary,
     TranscriptEntry,
     _Record,
+)
+from opensquilla.session.transfer.store import TransferStore
+from opensquilla.session.usecases import (
+    branching,
+    compaction_commit,
+    reset,
+    retention,
+    transcript,
 )
 from tests.helpers import table_snapshot
 
@@ -277,6 +288,10 @@ async def archive_key(h: Harness, junk: Any) -> tuple[Any, Check]:
     return await h.manager.archive(junk), None
 
 
+async def delete_key(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.delete(junk), None
+
+
 SESSION_CASES: list[Case] = [
     *_session_field_cases(),
     create_with_agent,
@@ -288,6 +303,7 @@ SESSION_CASES: list[Case] = [
     reset_key,
     reset_with_report_key,
     archive_key,
+    delete_key,
 ]
 
 
@@ -599,84 +615,6 @@ def _storage_argument_cases() -> list[Case]:
         "create_object": lambda h, j: h.storage.create_session(j),
         "invalidate_reason": lambda h, j: h.storage.invalidate_context_states(h.key, reason=j),
         "invalidate_provider": lambda h, j: h.storage.invalidate_context_states(h.key, provider=j),
-        "reset_new_id": lambda h, j: h.storage.reset_session(
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=h.node.epoch,
-            new_session_id=j,
-            now=1,
-        ),
-        "reset_expected_epoch": lambda h, j: h.storage.reset_session(
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=j,
-            new_session_id=f"new-{next(_counter)}",
-            now=1,
-        ),
-        "reset_now": lambda h, j: h.storage.reset_session(
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=h.node.epoch,
-            new_session_id=f"new-{next(_counter)}",
-            now=j,
-        ),
-        "branch_fork": lambda h, j: h.storage.branch_session(
-            h.key, lambda parent: SessionNode(session_key=h.fresh_key), fork=j
-        ),
-        "branch_budget": lambda h, j: h.storage.branch_session(
-            h.key,
-            lambda parent: SessionNode(session_key=h.fresh_key),
-            fork="full",
-            max_fork_tokens=j,
-        ),
-        "branch_before": lambda h, j: h.storage.branch_session(
-            h.key,
-            lambda parent: SessionNode(session_key=h.fresh_key),
-            fork="prefix",
-            before_message_id=j,
-        ),
-        "truncate_count": lambda h, j: h.storage.truncate_transcript(h.key, j, 1),
-        "truncate_now": lambda h, j: h.storage.truncate_transcript(h.key, 1, j),
-        "rewrite_archive_count": lambda h, j: h.storage.rewrite_compacted_session(
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=h.node.epoch,
-            expected_live_ids=[e.id or 0 for e in h.entries],
-            archive_count=j,
-            summary=None,
-            now=1,
-        ),
-        "rewrite_live_ids": lambda h, j: h.storage.rewrite_compacted_session(
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=h.node.epoch,
-            expected_live_ids=[j],
-            archive_count=0,
-            summary=None,
-            now=1,
-        ),
-        "rewrite_summary": lambda h, j: h.storage.rewrite_compacted_session(
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=h.node.epoch,
-            expected_live_ids=[e.id or 0 for e in h.entries],
-            archive_count=1,
-            summary=j,
-            now=1,
-        ),
-        "rewrite_now": lambda h, j: h.storage.rewrite_compacted_session(
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=h.node.epoch,
-            expected_live_ids=[e.id or 0 for e in h.entries],
-            archive_count=0,
-            summary=None,
-            now=j,
-        ),
-        "prune_before": lambda h, j: h.storage.prune_stale(j),
-        "prune_batch": lambda h, j: h.storage.prune_stale(0, batch_size=j),
-        "cap_max": lambda h, j: h.storage.cap_sessions(j),
-        "cap_batch": lambda h, j: h.storage.cap_sessions(10**6, batch_size=j),
         "delete_session": lambda h, j: h.storage.delete_session(j),
     }
     cases: list[Case] = []
@@ -692,18 +630,124 @@ def _storage_argument_cases() -> list[Case]:
     return cases
 
 
-STORAGE_CASES: list[Case] = [*_storage_record_cases(), *_storage_argument_cases()]
+# -- use cases: the multi-row write operations, each taking the storage ----------------------
+
+
+def _usecase_cases() -> list[Case]:
+    def expected(h: Harness) -> dict[str, Any]:
+        return {"expected_session_id": h.node.session_id, "expected_epoch": h.node.epoch}
+
+    def live_ids(h: Harness) -> list[int]:
+        return [e.id or 0 for e in h.entries]
+
+    calls: dict[str, Callable[[Harness, Any], Awaitable[Any]]] = {
+        "reset_new_id": lambda h, j: reset.start_generation(
+            h.storage, h.key, **expected(h), new_session_id=j, now=1
+        ),
+        "reset_expected_epoch": lambda h, j: reset.start_generation(
+            h.storage,
+            h.key,
+            expected_session_id=h.node.session_id,
+            expected_epoch=j,
+            new_session_id=f"new-{next(_counter)}",
+            now=1,
+        ),
+        "reset_now": lambda h, j: reset.start_generation(
+            h.storage, h.key, **expected(h), new_session_id=f"new-{next(_counter)}", now=j
+        ),
+        "branch_fork": lambda h, j: branching.branch_session(h.storage, h.key, h.fresh_key, fork=j),
+        "branch_budget": lambda h, j: branching.branch_session(
+            h.storage, h.key, h.fresh_key, fork="full", max_fork_tokens=j
+        ),
+        "branch_before": lambda h, j: branching.branch_session(
+            h.storage, h.key, h.fresh_key, fork="prefix", before_message_id=j
+        ),
+        "branch_session_id": lambda h, j: branching.branch_session(
+            h.storage, h.key, h.fresh_key, session_id=j
+        ),
+        "branch_status": lambda h, j: branching.branch_session(
+            h.storage, h.key, h.fresh_key, status=j
+        ),
+        "truncate_count": lambda h, j: transcript.truncate_transcript(h.storage, h.key, j, 1),
+        "truncate_now": lambda h, j: transcript.truncate_transcript(h.storage, h.key, 1, j),
+        "rewrite_archive_count": lambda h, j: compaction_commit.rewrite_compacted_session(
+            h.storage,
+            h.key,
+            **expected(h),
+            expected_live_ids=live_ids(h),
+            archive_count=j,
+            summary=None,
+            now=1,
+        ),
+        "rewrite_live_ids": lambda h, j: compaction_commit.rewrite_compacted_session(
+            h.storage,
+            h.key,
+            **expected(h),
+            expected_live_ids=[j],
+            archive_count=0,
+            summary=None,
+            now=1,
+        ),
+        "rewrite_summary": lambda h, j: compaction_commit.rewrite_compacted_session(
+            h.storage,
+            h.key,
+            **expected(h),
+            expected_live_ids=live_ids(h),
+            archive_count=1,
+            summary=j,
+            now=1,
+        ),
+        "rewrite_now": lambda h, j: compaction_commit.rewrite_compacted_session(
+            h.storage,
+            h.key,
+            **expected(h),
+            expected_live_ids=live_ids(h),
+            archive_count=0,
+            summary=None,
+            now=j,
+        ),
+        "prune_before": lambda h, j: retention.prune_stale(h.storage, j),
+        "prune_batch": lambda h, j: retention.prune_stale(h.storage, 0, batch_size=j),
+        "cap_max": lambda h, j: retention.cap_sessions(h.storage, j),
+        "cap_batch": lambda h, j: retention.cap_sessions(h.storage, 10**6, batch_size=j),
+    }
+    cases: list[Case] = []
+    for name, call in calls.items():
+
+        async def usecase_call(
+            h: Harness, junk: Any, call: Callable[[Harness, Any], Awaitable[Any]] = call
+        ) -> tuple[Any, Check]:
+            return await call(h, junk), None
+
+        usecase_call.__name__ = f"usecase_{name}"
+        cases.append(usecase_call)
+    return cases
+
+
+# The use cases run with the storage's own write methods: the storage property feeds both.
+STORAGE_CASES: list[Case] = [
+    *_storage_record_cases(),
+    *_storage_argument_cases(),
+    *_usecase_cases(),
+]
 
 # -- every write method is covered -----------------------------------------------------------
 
 MANAGER_READS = {
     "get_session",
+    "list_sessions",
+    "count_sessions",
     "get_transcript",
     "get_canonical_transcript",
+    "count_transcript_entries",
     "get_summaries",
+    "get_latest_summary",
     "get_context_states",
     "list_degraded_compactions",
+    "get_compaction",
     "get_compaction_preimage",
+    "archive_report",
+    "stats",
     "preview_reset",
     "preview_truncate",
     "preview_prune_stale",
@@ -719,6 +763,7 @@ MANAGER_WRITES = {
     "apply_intent": SESSION_CASES,
     "reset": SESSION_CASES,
     "reset_with_report": SESSION_CASES,  # what reset() runs
+    "delete": SESSION_CASES,
     "append_message": TRANSCRIPT_CASES,
     "truncate": TRANSCRIPT_CASES,
     "branch": TRANSCRIPT_CASES,
@@ -752,20 +797,13 @@ STORAGE_NOT_WRITES = {
     "get_summary",
     "list_degraded_summaries",
     "get_context_states",
-    "list_session_keys",
-    "existing_session_keys",
-    "read_session_rows",
-    "row_ids_in_use",
-    "generation_holders",
-    "preview_prune",
-    "preview_cap",
-    "preview_truncate",
-    "preview_reset",
-    "store_counts",
 }
-# Whole-session import (``insert_session_rows``) checks every value of a block before
-# writing (tests/hostile/test_import_all_or_nothing.py); it takes rows, not arguments.
-STORAGE_ELSEWHERE = {"insert_session_rows"}
+# Whole-session import and copy write through the transfer store, below the storage:
+# ``TransferStore.insert`` (what ``insert_session_rows`` was) checks every value of a block
+# before writing (tests/hostile/test_import_all_or_nothing.py); it takes rows, not
+# arguments. Its other methods read.
+TRANSFER_NOT_WRITES = {"all_keys", "existing", "read", "row_ids_in_use", "generation_holders"}
+TRANSFER_ELSEWHERE = {"insert"}
 STORAGE_WRITES = {
     "upsert_session": "upsert",
     "create_session": "storage_create_object",
@@ -781,13 +819,36 @@ STORAGE_WRITES = {
     "update_summary_flush_receipt_status_by_compaction": "storage_flush_by_compaction",
     "save_context_state": "storage_save_state_object",
     "invalidate_context_states": "storage_invalidate_reason",
-    "reset_session": "storage_reset_new_id",
-    "branch_session": "storage_branch_fork",
-    "truncate_transcript": "storage_truncate_count",
-    "rewrite_compacted_session": "storage_rewrite_summary",
-    "prune_stale": "storage_prune_batch",
-    "cap_sessions": "storage_cap_batch",
     "delete_session": "storage_delete_session",
+}
+# The multi-row operations: functions of ``opensquilla.session.usecases`` that take the
+# storage first. Each write has hostile cases of its own, or is what a manager method (fed
+# hostile values above) hands its arguments to unchanged. The use-case classes (the
+# manager's own wiring: ``Lifecycle``, ``Resets``, ``Transcripts``, ``Compactor``) are
+# reached through the manager methods above.
+USECASE_READS = {
+    "context.states",
+    "repair.list_degraded",
+    "repair.preimage",
+    "retention.preview_prune",
+    "retention.preview_cap",
+    "overview.archive_report",
+    "overview.collect_stats",
+}
+USECASE_WRITES = {
+    "reset.start_generation": "usecase_reset_new_id",
+    "branching.branch_session": "usecase_branch_fork",
+    "transcript.truncate_transcript": "usecase_truncate_count",
+    "compaction_commit.rewrite_compacted_session": "usecase_rewrite_summary",
+    "retention.prune_stale": "usecase_prune_batch",
+    "retention.cap_sessions": "usecase_cap_batch",
+}
+USECASE_BEHIND_MANAGER = {
+    "branching.branch": "branch",
+    "context.save_state": "save_context_state",
+    "context.invalidate_states": "invalidate_context_states",
+    "repair.mark_repair_status": "mark_compaction_repair_status",
+    "repair.mark_flush_receipt_status": "mark_compaction_flush_receipt_status",
 }
 
 
@@ -799,14 +860,33 @@ def _public_coroutines(kind: type) -> set[str]:
     }
 
 
+def _usecase_functions() -> set[str]:
+    """``module.function`` of every public coroutine function of the use-case modules
+    whose first parameter is the storage."""
+    names = set()
+    for info in pkgutil.iter_modules(usecases.__path__):
+        module = importlib.import_module(f"{usecases.__name__}.{info.name}")
+        for name, function in inspect.getmembers(module, inspect.iscoroutinefunction):
+            if name.startswith("_") or function.__module__ != module.__name__:
+                continue
+            if list(inspect.signature(function).parameters)[:1] == ["storage"]:
+                names.add(f"{info.name}.{name}")
+    return names
+
+
 def test_every_public_write_method_has_hostile_cases() -> None:
     """A new write method must be added here (and so fed hostile values) to pass."""
     manager_writes = _public_coroutines(SessionManager) - MANAGER_READS
     assert manager_writes == set(MANAGER_WRITES)
-    storage_writes = _public_coroutines(SessionStorage) - STORAGE_NOT_WRITES - STORAGE_ELSEWHERE
+    storage_writes = _public_coroutines(SessionStorage) - STORAGE_NOT_WRITES
     assert storage_writes == set(STORAGE_WRITES)
+    assert _public_coroutines(TransferStore) - TRANSFER_NOT_WRITES == TRANSFER_ELSEWHERE
     case_names = {case.__name__ for case in STORAGE_CASES}
     assert set(STORAGE_WRITES.values()) <= case_names
+    usecase_writes = _usecase_functions() - USECASE_READS
+    assert usecase_writes == set(USECASE_WRITES) | set(USECASE_BEHIND_MANAGER)
+    assert set(USECASE_WRITES.values()) <= case_names
+    assert set(USECASE_BEHIND_MANAGER.values()) <= set(MANAGER_WRITES)
 
 
 # -- the properties ---------------------------------------------------------------------------

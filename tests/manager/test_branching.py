@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.clock import now_ms
-from opensquilla.session.db.repos import transcript as transcript_repo
 from opensquilla.session.db.rows import values_of
 from opensquilla.session.db.tables import session_summaries
 from opensquilla.session.errors import MessageNotFoundError, SessionExistsError
@@ -18,6 +16,7 @@ from opensquilla.session.models import (
     SessionStatus,
     SessionSummary,
 )
+from opensquilla.session.support.clock import now_ms
 from tests.helpers import table_snapshot
 
 PARENT = "agent:main:parent"
@@ -42,8 +41,8 @@ async def _archive(storage: SessionStorage, node: SessionNode, contents: list[st
         )
         for index, content in enumerate(contents)
     ]
-    async with storage._database.write() as conn:
-        await transcript_repo.insert_archive_rows(conn, rows)
+    async with storage.uow.write() as tx:
+        await tx.transcript.insert_archive_rows(rows)
 
 
 # -- lineage -------------------------------------------------------------------------------
@@ -231,9 +230,9 @@ async def test_full_fork_copies_summaries_with_their_metadata(
         }
     )
     # Direct inserts keep the non-zero indices, so re-indexing is observable.
-    async with storage._database.write() as conn:
+    async with storage.uow.write() as tx:
         for summary in (first, second):
-            await conn.execute(
+            await tx.sessions.conn.execute(
                 session_summaries.insert().values(values_of(summary, session_summaries))
             )
 

@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import event
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.clock import now_ms
 from opensquilla.session.errors import ProtectedFieldError, StaleGenerationError
 from opensquilla.session.models import (
     SessionContextState,
@@ -24,6 +23,7 @@ from opensquilla.session.models import (
     TranscriptEntry,
 )
 from opensquilla.session.storage import StaleEpochError
+from opensquilla.session.support.clock import now_ms
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:hard"

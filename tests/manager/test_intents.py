@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db.repos import transcript as transcript_repo
 from opensquilla.session.models import (
     CompactedTranscriptEntry,
     SessionContextState,
@@ -304,8 +303,8 @@ async def _insert_archive(storage: SessionStorage, node: SessionNode, contents: 
         )
         for index, content in enumerate(contents)
     ]
-    async with storage._database.write() as conn:
-        await transcript_repo.insert_archive_rows(conn, rows)
+    async with storage.uow.write() as tx:
+        await tx.transcript.insert_archive_rows(rows)
 
 
 async def test_reset_archive_document(

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.clock import now_ms
 from opensquilla.session.errors import (
     InvalidInputError,
     ProtectedFieldError,
@@ -19,6 +18,7 @@ from opensquilla.session.errors import (
     SessionNotFoundError,
 )
 from opensquilla.session.models import SessionStatus
+from opensquilla.session.support.clock import now_ms
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:lifecycle"

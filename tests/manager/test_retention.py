@@ -7,14 +7,13 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session import manager as manager_module
-from opensquilla.session.db.repos import transcript as transcript_repo
 from opensquilla.session.models import (
     CompactedTranscriptEntry,
     SessionContextState,
     SessionNode,
     SessionSummary,
 )
+from opensquilla.session.usecases import retention
 
 
 async def _session(
@@ -34,9 +33,8 @@ async def _session(
     await manager.save_context_state(
         SessionContextState(session_id=node.session_id, session_key=key, state_kind="s")
     )
-    async with storage._database.write() as conn:
-        await transcript_repo.insert_archive_rows(
-            conn,
+    async with storage.uow.write() as tx:
+        await tx.transcript.insert_archive_rows(
             [
                 CompactedTranscriptEntry(
                     session_id=node.session_id,
@@ -95,7 +93,7 @@ async def test_prune_cutoff_is_strict(
     older = await _session(manager, storage, "agent:main:older", updated_at=8_999)
     boundary = await _session(manager, storage, "agent:main:boundary", updated_at=9_000)
     newer = await _session(manager, storage, "agent:main:newer", updated_at=9_001)
-    monkeypatch.setattr(manager_module, "now_ms", lambda: 10_000)
+    monkeypatch.setattr(retention, "now_ms", lambda: 10_000)
 
     assert await manager.prune_stale(max_age_ms=1_000) == 1
 
@@ -127,7 +125,7 @@ async def test_prune_removes_states_of_earlier_generations(
     renewed.updated_at = 5
     await storage.upsert_session(renewed)
 
-    assert await storage.prune_stale(10) == 1
+    assert await retention.prune_stale(storage, 10) == 1
     assert await manager.get_context_states(node.session_key, valid_only=False) == []
 
 
@@ -141,7 +139,7 @@ async def test_prune_works_across_batches(manager: SessionManager, storage: Sess
         for i in range(2)
     ]
 
-    assert await storage.prune_stale(1_000, batch_size=2) == 5
+    assert await retention.prune_stale(storage, 1_000, batch_size=2) == 5
 
     for node in stale:
         await _assert_gone(manager, storage, node)
@@ -150,7 +148,7 @@ async def test_prune_works_across_batches(manager: SessionManager, storage: Sess
 
 
 async def test_prune_with_nothing_stale_returns_zero(storage: SessionStorage) -> None:
-    assert await storage.prune_stale(1_000, batch_size=2) == 0
+    assert await retention.prune_stale(storage, 1_000, batch_size=2) == 0
 
 
 async def test_prune_refuses_a_negative_age(manager: SessionManager) -> None:
@@ -183,7 +181,7 @@ async def _cap_via_manager(manager: SessionManager, storage: SessionStorage, lim
 async def _cap_in_small_batches(
     manager: SessionManager, storage: SessionStorage, limit: int
 ) -> int:
-    return await storage.cap_sessions(limit, batch_size=2)
+    return await retention.cap_sessions(storage, limit, batch_size=2)
 
 
 @pytest.mark.parametrize("cap", [_cap_via_manager, _cap_in_small_batches], ids=["one", "batches"])
@@ -240,7 +238,7 @@ async def test_cap_of_zero_empties_the_store(
         await _session(manager, storage, f"agent:main:z{i}", updated_at=10 + i) for i in range(3)
     ]
 
-    assert await storage.cap_sessions(0, batch_size=2) == 3
+    assert await retention.cap_sessions(storage, 0, batch_size=2) == 3
 
     for node in nodes:
         await _assert_gone(manager, storage, node)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db.repos import transcript as transcript_repo
 from opensquilla.session.models import (
     CompactedTranscriptEntry,
     SessionContextState,
@@ -399,9 +398,8 @@ async def test_truncate_drops_the_compacted_archive(
 ) -> None:
     """After a truncate the canonical transcript is exactly what was kept."""
     node = await manager.create(KEY)
-    async with storage._database.write() as conn:
-        await transcript_repo.insert_archive_rows(
-            conn,
+    async with storage.uow.write() as tx:
+        await tx.transcript.insert_archive_rows(
             [
                 CompactedTranscriptEntry(
                     session_id=node.session_id,

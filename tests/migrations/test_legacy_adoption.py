@@ -23,8 +23,8 @@ from opensquilla.session import (
     SessionStorage,
     SessionSummary,
     TranscriptEntry,
-    migrate,
 )
+from opensquilla.session.db import migrate
 from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.engine import create_engine
 from opensquilla.session.db.tables import SessionRow

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from opensquilla.session import SessionManager, SessionStorage, migrate
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.db import migrate
 
 try:  # the helper module is importable as ``tests.helpers`` once ``tests`` is a package
     from tests.helpers import table_snapshot

@@ -13,8 +13,9 @@ from typing import Any
 
 import asyncpg
 
-from opensquilla.session import SessionManager, SessionStorage, migrate
-from opensquilla.session.admin import unmigrated
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.db import migrate
+from opensquilla.session.usecases.overview import unmigrated
 from tests.helpers import run_alembic
 
 from .raw import raw_state, version_rows

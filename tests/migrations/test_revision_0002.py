@@ -15,9 +15,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from opensquilla.session import SessionManager, SessionStorage, migrate
-from opensquilla.session.admin import unmigrated
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.db import migrate
 from opensquilla.session.errors import MigrationError, SessionStoreError
+from opensquilla.session.usecases.overview import unmigrated
 
 from ..cli.support import cli, run
 from .raw import fetch, raw_state, run_sql, version_rows

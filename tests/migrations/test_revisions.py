@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from opensquilla.session import SessionManager, SessionStorage, migrate
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.db import migrate
 from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.engine import create_engine
 from opensquilla.session.errors import MigrationError

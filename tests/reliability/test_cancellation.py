@@ -256,11 +256,9 @@ async def test_the_checks_notice_a_connection_held_in_a_transaction(database: st
     """The open-transaction probe used above must see a transaction another connection
     is holding, and the pool count must see the connection (otherwise neither check could
     ever fail)."""
-    from opensquilla.session.db.repos import sessions as session_repo
-
     async with SessionStorage(database) as storage:
-        async with storage._database.write() as conn:
-            await session_repo.increment_epoch(conn, "agent:main:none")
+        async with storage.uow.write() as tx:
+            await tx.sessions.increment_epoch("agent:main:none")
             assert not await _no_transaction_left_open(database)
             assert storage.engine.pool.checkedout() == 1
         assert await _no_transaction_left_open(database)
@@ -275,7 +273,7 @@ async def test_a_reset_cancelled_while_its_archive_is_written_leaves_no_file(
 ) -> None:
     """The archive is written on a worker thread, which a cancellation cannot stop: once it
     finishes, its temporary file (a whole conversation) must not stay behind."""
-    from opensquilla.session import archive as archive_module
+    from opensquilla.session.fs import reset_archive as archive_module
     from opensquilla.session.models import SessionIntent
     from tests.helpers import table_snapshot
 

@@ -144,17 +144,16 @@ async def test_a_connection_terminated_inside_a_transaction_commits_nothing(
 ) -> None:
     """The server kills the connection halfway through a write unit: the caller gets a
     package error, nothing of the unit is stored, and the next operation succeeds."""
-    from opensquilla.session.db.repos import sessions as session_repo
     from opensquilla.session.models import SessionNode
 
     async with SessionStorage(database) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
         await manager.create(KEY)
         with pytest.raises(DatabaseError) as caught:
-            async with storage._database.write() as conn:
-                await session_repo.insert_new(conn, SessionNode(session_key=KILLED_KEY))
+            async with storage.uow.write() as tx:
+                await tx.sessions.insert_new(SessionNode(session_key=KILLED_KEY))
                 await _terminate_all(database)
-                await session_repo.get(conn, KILLED_KEY)
+                await tx.sessions.get(KILLED_KEY)
         assert "terminat" in str(caught.value).lower() or "connection" in str(caught.value)
         assert await storage.get_session(KILLED_KEY) is None
         await manager.append_message(KEY, "user", "still fine")

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from opensquilla.session import SessionManager, SessionStorage, migrate
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.db import migrate
 
 from . import workers
 from .support import (

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.errors import SessionStoreError
 from opensquilla.session.models import SessionContextState, SessionIntent
+from opensquilla.session.transfer.store import TransferStore
 
 from .scenarios import listening
 
@@ -212,8 +213,8 @@ async def test_caller_text_reaches_sql_only_as_bound_parameters(
         await manager.preview_reset(HOSTILE_KEY)
         await manager.apply_intent(HOSTILE_KEY, SessionIntent.RESET_SAME_KEY)
         await manager.finish(HOSTILE_KEY)
-        await storage.existing_session_keys([HOSTILE_KEY, child])
-        await storage.read_session_rows([HOSTILE_KEY])
+        await TransferStore(storage).existing([HOSTILE_KEY, child])
+        await TransferStore(storage).read([HOSTILE_KEY])
         await storage.delete_session(child)
         await manager.cap_entries(1)
         await manager.prune_stale(0)

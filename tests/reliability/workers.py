@@ -29,7 +29,6 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.clock import now_ms
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.compaction.summarizer import FallbackSummarizer
 from opensquilla.session.errors import (
@@ -43,6 +42,8 @@ from opensquilla.session.models import (
     SessionNode,
     TranscriptEntry,
 )
+from opensquilla.session.support.clock import now_ms
+from opensquilla.session.usecases import retention
 
 from .support import HANG_GUARD
 
@@ -649,7 +650,7 @@ async def _retention_runner(
                     raise RendezvousError("the writers never finished after the deletions")
                 # The cut-off is fixed (what manager.prune_stale computes from an age would
                 # drift with the clock): a session touched after it is never pruned.
-                pruned_now = await storage.prune_stale(cutoff)
+                pruned_now = await retention.prune_stale(storage, cutoff)
                 capped_now = await manager.cap_entries(cap)
                 pruned += pruned_now
                 capped += capped_now
@@ -688,8 +689,8 @@ def connect_worker(target: str, start: Any, contend: Any) -> dict[str, Any]:
 
 
 async def _connect_worker(target: str, start: Any, contend: Any) -> dict[str, Any]:
-    from opensquilla.session import migrate as migrate_module
-    from opensquilla.session import storage as storage_module
+    from opensquilla.session.db import migrate as migrate_module
+    from opensquilla.session.storage import lifecycle as storage_module
 
     schema_statements: list[str] = []
     original_engine = storage_module.create_engine
@@ -825,20 +826,16 @@ def hold_write_transaction(target: str, key: str, rows: int, ready: Any) -> None
 
 
 async def _hold_write_transaction(target: str, key: str, rows: int, ready: Any) -> None:
-    from opensquilla.session.db.repos import sessions as session_repo
-    from opensquilla.session.db.repos import transcript as transcript_repo
-
     storage = SessionStorage(target)
     await storage.connect()
     try:
-        async with storage._database.write() as conn:
+        async with storage.uow.write() as tx:
             node = SessionNode(session_key=key)
-            if not await session_repo.insert_new(conn, node):
+            if not await tx.sessions.insert_new(node):
                 raise SessionExistsError(key)
             filler = "x" * 20_000  # large enough to spill pages out of the page cache
             for n in range(rows):
-                await transcript_repo.insert(
-                    conn,
+                await tx.transcript.insert(
                     TranscriptEntry(
                         session_id=node.session_id,
                         session_key=key,

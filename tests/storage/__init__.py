@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from opensquilla.session import SessionStorage
-from opensquilla.session.db.repos import transcript as transcript_repo
+from opensquilla.session.db.repos.transcript import TranscriptRepository
 from opensquilla.session.models import (
     CompactedTranscriptEntry,
     SessionContextState,
@@ -55,7 +55,7 @@ def archived(node: SessionNode, original_id: int, content: str, **fields: Any) -
 
 async def insert_archive(storage: SessionStorage, rows: list[CompactedTranscriptEntry]) -> None:
     async with storage.engine.begin() as conn:
-        await transcript_repo.insert_archive_rows(conn, rows)
+        await TranscriptRepository(conn).insert_archive_rows(rows)
 
 
 async def add_summary(

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from opensquilla.session import SessionStorage
-from opensquilla.session.db.repos import sessions as session_repo
+from opensquilla.session.db.repos.sessions import SessionRepository
 from opensquilla.session.errors import (
     InvalidInputError,
     SessionNotFoundError,
@@ -18,6 +18,7 @@ from opensquilla.session.errors import (
     StaleGenerationError,
 )
 from opensquilla.session.models import SessionNode, SessionStatus, TranscriptEntry
+from opensquilla.session.usecases.reset import start_generation
 from tests.helpers import table_snapshot
 
 from . import add_entry, add_state, add_summary, archived, count_rows, insert_archive, new_session
@@ -138,7 +139,8 @@ async def test_node_read_before_reset_cannot_restore_the_old_generation(
     old = await storage.get_session(KEY)
     assert old is not None
     new_id = str(uuid.uuid4())
-    await storage.reset_session(
+    await start_generation(
+        storage,
         KEY,
         expected_session_id=node.session_id,
         expected_epoch=0,
@@ -263,9 +265,10 @@ async def test_list_sessions_default_limit_is_100_and_none_is_unlimited(
     storage: SessionStorage,
 ) -> None:
     async with storage.engine.begin() as conn:  # one transaction: fast on both backends
+        repo = SessionRepository(conn)
         for i in range(103):
             node = SessionNode(session_key=f"agent:main:s{i:03d}", updated_at=i)
-            assert await session_repo.insert_new(conn, node)
+            assert await repo.insert_new(node)
     assert len(await storage.list_sessions()) == 100
     everything = await storage.list_sessions(limit=None)
     assert len(everything) == 103

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from opensquilla.session.archive import encode_document
-from opensquilla.session.jsontext import strict_json
+from opensquilla.session.fs.reset_archive import encode_document
+from opensquilla.session.support.jsontext import strict_json
 
 ORDINARY: list[Any] = [
     {"a": [1, 2.5, None, True, False, "x"], "b": {"c": "é 🦑"}, "": []},

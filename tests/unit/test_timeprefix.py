@@ -12,7 +12,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from opensquilla.session.timeprefix import format_prefix, needs_prefix, resolve_timezone, stamp
+from opensquilla.session.support.timeprefix import (
+    format_prefix,
+    needs_prefix,
+    resolve_timezone,
+    stamp,
+)
 
 NOW = datetime(2026, 11, 29, 13, 36, 45, tzinfo=UTC)  # a Sunday
 PREFIX_SHAPE = re.compile(
