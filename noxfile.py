@@ -48,6 +48,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    session.run("lint-imports")  # the layering contracts in pyproject.toml
 
 
 @nox.session

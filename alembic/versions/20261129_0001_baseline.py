@@ -1,8 +1,9 @@
 """baseline: the five session tables, adopting a legacy database in place
 
-Generated from the metadata (``alembic revision --autogenerate``) and reviewed by hand so
-that it also adopts databases written by the older raw-SQL store, which have some or all
-of these tables, no ``alembic_version``, and fewer columns:
+Written by hand to create exactly what the metadata declares (``alembic check``, run by
+the tests on both backends, verifies that they agree), and so that it also adopts
+databases written by the older raw-SQL store, which have some or all of these tables, no
+``alembic_version``, and fewer columns:
 
 * a missing table is created whole;
 * a present table is widened in place with plain ``ALTER TABLE ... ADD COLUMN``, never
@@ -319,7 +320,7 @@ _BACKFILL_DEFAULTS = {sa.Text: "''", sa.BigInteger: "0", sa.Integer: "0"}
 # it with as NOT NULL without a default (they were there from its first release, and
 # adoption could only invent values for them). ``sessions`` is identified by its key alone:
 # the older store itself left a bare ``sessions(session_key TEXT PRIMARY KEY)`` behind
-# (SEMANTICS §3.6), which is adopted.
+# (docs/semantics.md#adoption), which is adopted.
 OUR_TABLE_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sessions": (("session_key",), ()),
     "transcript_entries": (
@@ -606,7 +607,7 @@ def _has_duplicates(bind: sa.engine.Connection, table: str, columns: list[str]) 
 
 
 def _ensure_epoch_guard(dialect: str) -> None:
-    """A trigger that refuses any UPDATE lowering ``sessions.epoch`` (SEMANTICS §6)."""
+    """A trigger that refuses any UPDATE lowering ``sessions.epoch`` (docs/semantics.md#fencing)."""
     if dialect == "postgresql":
         op.execute(
             """

@@ -1,4 +1,4 @@
-"""Session-key and agent-id canonicalisation (SEMANTICS §1.1).
+"""Session-key and agent-id canonicalisation (docs/semantics.md#keys).
 
 Users address sessions with any spelling (``agent:Main:main``, ``webchat:default``); the
 store keeps one canonical form so that every spelling reaches the same row.

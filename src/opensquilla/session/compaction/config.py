@@ -1,4 +1,4 @@
-"""Compaction settings (SEMANTICS §2.6)."""
+"""Compaction settings (docs/semantics.md#compaction)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compaction as two pure steps around the summariser (SEMANTICS §8.2-8.8).
+"""Compaction as two pure steps around the summariser (docs/semantics.md#compaction).
 
 1. :func:`plan_compaction` sizes every entry, applies the skip checks and the cut planner,
    and splits the removed part into chunks. The caller then summarises each chunk (the

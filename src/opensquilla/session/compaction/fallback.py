@@ -1,4 +1,4 @@
-"""The deterministic fallback summary (SEMANTICS §8.4): a preview of every message.
+"""The deterministic fallback summary (docs/semantics.md#compaction): a preview of every message.
 
 Tool-call payloads and reasoning are never included, so a large tool payload never reaches
 a summary.

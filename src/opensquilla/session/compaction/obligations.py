@@ -1,4 +1,4 @@
-"""Obligations: the facts a summary must keep, and whether it did (SEMANTICS §8.5).
+"""Obligations: the facts a summary must keep, and whether it did (docs/semantics.md#coverage).
 
 Obligations are extracted from the entries a compaction removes. A summary *covers* one
 when its case-folded text contains the obligation's case-folded value. What it misses is

@@ -1,4 +1,4 @@
-"""The structured summary payload, schema version 1 (SEMANTICS §8.6)."""
+"""The structured summary payload, schema version 1 (docs/semantics.md#coverage)."""
 
 from __future__ import annotations
 

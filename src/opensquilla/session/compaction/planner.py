@@ -1,5 +1,5 @@
 """Where to cut: skip checks, keep budget, tool-pair repair, protected tail, turn boundaries
-(SEMANTICS §8.3). Pure functions over transcript dicts."""
+(docs/semantics.md#compaction). Pure functions over transcript dicts."""
 
 from __future__ import annotations
 
@@ -109,6 +109,6 @@ def plan_cut(
 
 
 def chunk(entries: Sequence[Mapping[str, Any]], ratio: float) -> list[list[Mapping[str, Any]]]:
-    """Consecutive slices of ``max(1, int(len * ratio))`` entries (SEMANTICS §8.4)."""
+    """Consecutive slices of ``max(1, int(len * ratio))`` entries (docs/semantics.md#compaction)."""
     size = max(1, int(len(entries) * ratio))
     return [list(entries[i : i + size]) for i in range(0, len(entries), size)]

@@ -1,4 +1,4 @@
-"""The request and result shapes of a compaction (SEMANTICS §2.6)."""
+"""The request and result shapes of a compaction (docs/semantics.md#compaction)."""
 
 from __future__ import annotations
 

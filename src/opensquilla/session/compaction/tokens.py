@@ -2,7 +2,7 @@
 
 ``len(text) // 4`` (at least 1): the estimate the contract was written against. It does not
 depend on what else is installed, so cut points, chunks and quality-gate outcomes are the
-same on every machine (SEMANTICS §16.17).
+same on every machine (docs/semantics.md#compaction).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def stable_json(value: Any) -> str:
 
 
 def entry_tokens(entry: Mapping[str, Any]) -> int:
-    """The "model replay" size of one transcript entry (SEMANTICS §8.2).
+    """The "model replay" size of one transcript entry (docs/semantics.md#compaction).
 
     A reported ``token_count`` covers the content only: tool-call JSON, the tool-call id and
     reasoning are always counted on top, so an under-reported count cannot hide a large
