@@ -2,11 +2,11 @@
 
 Two ways in:
 
-* from code (``SessionStorage.connect()``, the ``db`` CLI commands): ``migrate.py`` opens a
+* from code (``SessionStorage.connect()``, the ``db`` CLI commands): ``db/migrate.py`` opens a
   connection, takes the migration lock, and passes the connection in
   ``config.attributes["connection"]`` (Alembic's connection-sharing recipe);
 * from the ``alembic`` command line: the DSN comes from ``-x dsn=...`` or the
-  ``OPENSQUILLA_SESSION_DSN`` environment variable, and ``migrate.py`` does the same locking.
+  ``OPENSQUILLA_SESSION_DSN`` environment variable, and ``db/migrate.py`` does the same locking.
 """
 
 from __future__ import annotations

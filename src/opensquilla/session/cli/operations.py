@@ -10,8 +10,9 @@ import typer
 
 from ..compaction import CompactionConfig, CompactionResult
 from ..errors import InvalidInputError
+from ..models import INT64_MAX
 from ..models.reports import DeletionPreview, ResetReport
-from .options import INT64_MAX, DryRun, Json, SessionKey, parse_duration
+from .options import DryRun, Json, SessionKey, parse_duration
 from .render import show_outcome
 from .render.operations import BRANCHED, COMPACTION, RESET, TRUNCATION, Branched, deleted
 from .runtime import dsn, open_manager, run

@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 
 from ..errors import InvalidInputError
+from ..models import INT64_MAX  # the largest count, id or age (ms) the store holds
 
-INT64_MAX = 2**63 - 1  # the largest count, id or age (ms) the store can hold or compare
 MAX_JOBS = 64  # copy's concurrent target transactions (each holds a connection)
 MAX_BATCH = 100_000  # copy's sessions per source snapshot (held in memory at once)
 

@@ -1,4 +1,5 @@
 """The storage layer's database half: schema, types, engine and units of work.
 
-Only this package, ``storage.py``, ``migrate.py`` and the Alembic scripts import SQLAlchemy.
+Only this package (``migrate.py`` included) and the Alembic scripts import SQLAlchemy and
+Alembic; ``lint-imports`` checks it (pyproject.toml).
 """

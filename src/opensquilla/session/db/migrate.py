@@ -39,7 +39,8 @@ from .engine import BEGIN_OPTION, create_engine
 from .errors import translated_errors
 from .tables import OUR_TABLES
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before the code moved: users configure it by name.
+log = logging.getLogger("opensquilla.session.migrate")
 
 # pg_advisory_xact_lock key: the first 8 bytes of sha256("opensquilla-session migrations").
 MIGRATION_LOCK_KEY = 0x3A1F_5C2E_9B47_0D61

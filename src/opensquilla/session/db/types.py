@@ -1,6 +1,6 @@
 """Portable column types and the lossless text codec.
 
-Rules (DESIGN §4):
+Rules (docs/semantics.md#values):
 
 * timestamps are integer milliseconds (``BigInteger``); ids auto-increment on both
   backends (``INTEGER PRIMARY KEY AUTOINCREMENT`` on SQLite, ``BIGSERIAL`` on Postgres);

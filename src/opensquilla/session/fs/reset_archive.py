@@ -36,7 +36,8 @@ from ..models import GenerationSnapshot
 from ..support.jsontext import strict_json
 from .files import CAN_LOCK, StagedFile, lock_staged, stage_file
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before the code moved: users configure it by name.
+log = logging.getLogger("opensquilla.session.archive")
 
 ARCHIVE_SCHEMA_VERSION = 1
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -154,7 +154,7 @@ class StorageLifecycle:
 
     async def _recover_reset_archives(self) -> None:
         """Publish (or discard) the reset archives a stopped process left staged for this
-        database (``archive.recover_staged_archives``). Never fails the start: a problem
+        database (``fs.reset_archive.recover_staged_archives``). Never fails the start: a problem
         is logged, and the files stay for ``stats`` to report."""
         tag = self.archive_store_tag
         if tag is None:

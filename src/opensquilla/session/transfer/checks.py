@@ -17,27 +17,13 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from ..db.rows import MODEL_FOR_TABLE
 from ..db.tables import CHILD_TABLES, SESSIONS_TABLE
 from ..errors import InvalidInputError
-from ..models import (
-    CompactedTranscriptEntry,
-    SessionContextState,
-    SessionNode,
-    SessionSummary,
-    TranscriptEntry,
-)
 from ..models.reports import SessionRows, TableLayout
 from .store import TransferStore
-
-_RECORDS: dict[str, type[BaseModel]] = {
-    SESSIONS_TABLE: SessionNode,
-    "transcript_entries": TranscriptEntry,
-    "compacted_transcript_entries": CompactedTranscriptEntry,
-    "session_summaries": SessionSummary,
-    "session_context_states": SessionContextState,
-}
 
 
 def _row_label(table: str, row: dict[str, Any]) -> str:
@@ -79,7 +65,7 @@ def _check_row(table: str, row: dict[str, Any], layout: TableLayout, key: str) -
             problem = f"{name} is NaN, which SQLite cannot store (it would read back as NULL)"
         if problem is not None:
             raise InvalidInputError(f"{where}: {problem}")
-    model = _RECORDS[table]
+    model = MODEL_FOR_TABLE[table]
     try:
         model(**{name: row[name] for name in model.model_fields if name in row})
     except ValidationError as exc:  # models refuse with InvalidInputError; in case one does not

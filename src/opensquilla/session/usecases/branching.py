@@ -66,7 +66,12 @@ async def branch(
     status: SessionStatus | str,
     fork_before_message_id: str | None,
 ) -> SessionNode:
-    """The manager's branch: the fork mode from its flags, then :func:`branch_session`."""
+    """The manager's branch: the fork mode from its flags, then :func:`branch_session`.
+
+    Arguments are checked in the order the manager always checked them: the child key,
+    the status, then the fork options."""
+    require_session_key(new_session_key)
+    member(SessionStatus, status)
     check_flag("fork_transcript", fork_transcript)
     check_optional_integer("max_fork_tokens", max_fork_tokens)
     check_optional_text("fork_before_message_id", fork_before_message_id, identifier=True)

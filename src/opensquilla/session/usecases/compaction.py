@@ -44,7 +44,8 @@ from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
 from .compaction_commit import rewrite_compacted_session
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before the code moved: users configure it by name.
+log = logging.getLogger("opensquilla.session.compactor")
 
 MutationContext = Callable[[], AbstractAsyncContextManager[Any]]
 DEGRADED = "degraded_forensic"
@@ -117,7 +118,7 @@ def _refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None
 
 
 class Compactor:
-    """Compaction, the persisted out-of-band summaries, and the repair queue."""
+    """Compaction and persisted out-of-band summaries (the repair queue is ``repair.py``)."""
 
     def __init__(self, storage: SessionStorage, summarizer: Summarizer | None = None) -> None:
         self._storage = storage

@@ -19,14 +19,12 @@ from .generations import GenerationCache
 async def summaries(generations: GenerationCache, session_key: str) -> list[SessionSummary]:
     """The current generation's summaries, oldest first."""
     node = await generations.require(session_key)
-    async with generations.storage.uow.read() as tx:
-        return await tx.summaries.list_for_session(node.session_id)
+    return await generations.storage.get_all_summaries(node.session_id)
 
 
 async def latest_summary(generations: GenerationCache, session_key: str) -> SessionSummary | None:
     node = await generations.require(session_key)
-    async with generations.storage.uow.read() as tx:
-        return await tx.summaries.latest(node.session_id)
+    return await generations.storage.get_latest_summary(node.session_id)
 
 
 async def save_state(storage: SessionStorage, state: SessionContextState) -> SessionContextState:

@@ -35,7 +35,8 @@ from ..storage import SessionStorage
 from ..support.clock import new_session_id, now_ms
 from .generations import GenerationCache
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before the code moved: users configure it by name.
+log = logging.getLogger("opensquilla.session.manager")
 
 _SETTLE_READS = 3
 _RESET_ATTEMPTS = 5

@@ -28,7 +28,8 @@ from ..support.clock import now_ms
 from ..support.timeprefix import stamp
 from .generations import GenerationCache
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before the code moved: users configure it by name.
+log = logging.getLogger("opensquilla.session.manager")
 
 MemorySyncNotify = Callable[[int], Awaitable[None] | None]
 
@@ -162,6 +163,7 @@ class Transcripts:
         return await self._storage.count_transcript_entries(node.session_id)
 
     async def truncate(self, session_key: str, max_messages: int) -> dict[str, Any]:
+        check_integer("max_messages", max_messages)
         truncated, before, after = await truncate_transcript(
             self._storage, session_key, max_messages, now_ms()
         )
@@ -169,8 +171,8 @@ class Transcripts:
 
     async def preview_truncate(self, session_key: str, max_messages: int) -> DeletionPreview:
         """What :meth:`truncate` would delete now; nothing is changed."""
-        key = canonicalize_session_key(session_key)
         check_integer("max_messages", max_messages)
+        key = canonicalize_session_key(session_key)
         async with self._storage.uow.snapshot() as tx:
             node = await tx.sessions.get(key)
             if node is None:

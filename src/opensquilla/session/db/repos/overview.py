@@ -15,13 +15,14 @@ from ...models import SessionNode, SessionSummary
 from ...models.reports import DeletionPreview, StoreCounts
 from ..rows import select_rows, to_model, to_models
 from ..tables import (
+    OWNED_TABLES,
     compacted_transcript_entries,
     session_context_states,
     session_summaries,
     sessions,
     transcript_entries,
 )
-from .sessions import CHILD_TABLES, RETENTION_ORDER, owned_rows
+from .sessions import RETENTION_ORDER, owned_rows
 from .summaries import DEGRADED_STATUSES
 
 
@@ -81,7 +82,7 @@ class OverviewRepository:
                     for owned in owned_rows(table, keys, ids)
                 ]
             )
-            for table in CHILD_TABLES
+            for table in OWNED_TABLES
         }
         return DeletionPreview(sessions=tuple(nodes), rows=rows)
 

@@ -42,7 +42,8 @@ RETENTION_ORDER = (sessions.c.updated_at, sessions.c.created_at, sessions.c.sess
 
 
 @functools.cache
-def _insert_if_absent(dialect_name: str) -> Any:
+def insert_if_absent(dialect_name: str) -> Any:
+    """INSERT of a session row that does nothing when the key exists (built once per dialect)."""
     return insert_for(dialect_name, sessions).on_conflict_do_nothing(
         index_elements=[sessions.c.session_key]
     )
@@ -64,11 +65,6 @@ def _generation_checked_upsert(dialect_name: str) -> Any:
             ),
         ),
     )
-
-
-# The tables whose rows a session owns (db/tables.py); all but the last are read by
-# session id.
-CHILD_TABLES = OWNED_TABLES
 
 
 def owned_rows(
@@ -161,7 +157,7 @@ class SessionRepository:
     async def insert_new(self, node: SessionNode) -> bool:
         """Insert ``node``; ``False`` (and no change) when the key is already taken."""
         result = await self.conn.execute(
-            _insert_if_absent(self.conn.dialect.name), values_of(node, sessions)
+            insert_if_absent(self.conn.dialect.name), values_of(node, sessions)
         )
         return bool(result.rowcount)
 
@@ -298,7 +294,7 @@ class SessionRepository:
         deleted_keys = [row.session_key for row in rows]
         session_ids = [row.session_id for row in rows]
         listed_keys, listed_ids = _listed(self.conn, deleted_keys), _listed(self.conn, session_ids)
-        for table in CHILD_TABLES:
+        for table in OWNED_TABLES:
             # Summaries have no index on session_key, so that test scans the table: a list of
             # parameters is hashed once per statement there, an array searched row by row.
             keys = deleted_keys if table is session_summaries else listed_keys
@@ -311,7 +307,7 @@ class SessionRepository:
         key of the session whose generation it is, or of any row stored under it; ``None``
         when the id is free for ``session_key``. One statement, an index probe per table."""
         probes = []
-        for table in (sessions, *CHILD_TABLES):
+        for table in (sessions, *OWNED_TABLES):
             probe = select(table.c.session_key).where(table.c.session_id == session_id)
             if session_key is not None:
                 probe = probe.where(table.c.session_key != session_key)
@@ -329,7 +325,7 @@ class SessionRepository:
         """Refuse (``SessionIdInUseError``) to give ``session_key`` a session id that another
         key already holds (:func:`generation_claimant`). Inside the writing transaction, before
         anything is written; the unique index on ``sessions.session_id`` backs it against a
-        concurrent writer (``storage.py`` translates that violation into the same error)."""
+        concurrent writer (``db/generations.py`` translates that violation into the same error)."""
         claimant = await self.generation_claimant(session_id, session_key)
         if claimant is not None:
             owner = await self.generation_owner(session_id)

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, Select, Table, Text, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import REGCLASS
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -21,6 +20,7 @@ from ...models.reports import ColumnKind, SessionRows, TableLayout
 from ..sql import is_postgres
 from ..tables import CHILD_TABLES, sessions
 from ..tables import TABLES as _ALL
+from .sessions import insert_if_absent
 
 TABLES: dict[str, Table] = {table.name: table for table in _ALL}
 
@@ -47,13 +47,6 @@ def table_layout() -> TableLayout:
         name: tuple((column.name, _kind(column.type)) for column in table.columns)
         for name, table in TABLES.items()
     }
-
-
-@functools.cache
-def _session_insert(dialect_name: str) -> Any:
-    # Built once per dialect, values passed at execution: SQLAlchemy then compiles it once.
-    stmt = postgresql.insert(sessions) if dialect_name == "postgresql" else sqlite.insert(sessions)
-    return stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_key])
 
 
 @functools.cache
@@ -120,7 +113,7 @@ class TransferRepository:
 
     async def insert_session(self, values: dict[str, Any]) -> bool:
         """Insert the session row as given; ``False`` (nothing written) when the key is taken."""
-        result = await self.conn.execute(_session_insert(self.conn.dialect.name), values)
+        result = await self.conn.execute(insert_if_absent(self.conn.dialect.name), values)
         return bool(result.rowcount)
 
     async def insert_children(self, bundle: SessionRows) -> list[str]:
