@@ -246,7 +246,7 @@ class Compactor:
             created_at=now,
         )
         async with _entered(mutation_context):
-            outcome = await rewrite_compacted_session(
+            applied = await rewrite_compacted_session(
                 self._storage,
                 key,
                 expected_session_id=node.session_id,
@@ -256,7 +256,7 @@ class Compactor:
                 summary=summary,
                 now=now,
             )
-        if outcome.applied:
+        if applied:
             return result
         log.info(
             "compaction of %s skipped: the transcript changed meanwhile",
@@ -362,7 +362,7 @@ class Compactor:
                     created_at=now,
                 )
             )
-        outcome = await rewrite_compacted_session(
+        applied = await rewrite_compacted_session(
             self._storage,
             key,
             expected_session_id=node.session_id,
@@ -374,11 +374,11 @@ class Compactor:
             new_entries=new_entries,
             now=now,
         )
-        if not outcome.applied:
+        if not applied:
             log.warning(
                 "persist_compaction_result for %s not applied: the transcript changed since "
                 "it was read",
                 key,
                 extra={"session_key": key, "operation": "persist_compaction_result"},
             )
-        return outcome.applied
+        return applied

@@ -9,7 +9,6 @@ append that landed meanwhile is never lost, with or without a caller lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..keys import canonicalize_session_key
 from ..models import (
@@ -24,15 +23,6 @@ from ..models import (
 from ..storage import SessionStorage
 
 PORTABLE_STATE_KIND = "structured_summary_v1"
-
-
-@dataclass(frozen=True)
-class RewriteOutcome:
-    """What :func:`rewrite_compacted_session` did."""
-
-    applied: bool
-    summary: SessionSummary | None = None
-    states: tuple[SessionContextState, ...] = ()
 
 
 def portable_states(summary: SessionSummary, now: int) -> list[SessionContextState]:
@@ -71,12 +61,12 @@ async def rewrite_compacted_session(
     drop_ids: Sequence[int] = (),
     new_entries: Sequence[TranscriptEntry] = (),
     now: int,
-) -> RewriteOutcome:
+) -> bool:
     """In one transaction, when the preimage still holds: the summary (its
     ``compaction_index`` assigned here), the first ``archive_count`` live rows copied to
     the compacted archive and deleted (the rest keep their ids), ``drop_ids`` deleted,
     ``new_entries`` appended, the summary's portable context state saved, and
-    ``compaction_count + 1`` and ``updated_at`` set. Otherwise ``applied=False`` and
+    ``compaction_count + 1`` and ``updated_at`` set: ``True``. Otherwise ``False``, and
     nothing is written."""
     key = canonicalize_session_key(session_key)
     check_integer("archive_count", archive_count)
@@ -93,10 +83,10 @@ async def rewrite_compacted_session(
     async with storage.uow.write() as tx:
         node = await tx.sessions.get(key, lock="update")
         if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
-            return RewriteOutcome(applied=False)
+            return False
         positions = await tx.transcript.live_positions(node.session_id)
         if [row_id for row_id, _ in positions] != list(expected_live_ids):
-            return RewriteOutcome(applied=False)
+            return False
         if summary is not None:
             summary.session_id, summary.session_key = node.session_id, key
             summary.id, summary.compaction_index = await tx.summaries.insert(summary)
@@ -120,4 +110,4 @@ async def rewrite_compacted_session(
         for state in saved:
             state.id = await tx.states.insert(state)
         await tx.sessions.add_compaction(key, now)
-    return RewriteOutcome(applied=True, summary=summary, states=tuple(saved))
+    return True
