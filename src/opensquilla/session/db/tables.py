@@ -1,4 +1,4 @@
-"""The five tables, declared once; Alembic revisions are generated from this metadata.
+"""The five tables, declared once; the migrations must create exactly this (``alembic check``).
 
 Column names, order and defaults are those of the older store (docs/semantics.md#tables),
 widened to the union of both legacy revisions (the August 2026 one adds six ``sessions``
