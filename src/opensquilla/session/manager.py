@@ -236,11 +236,11 @@ class SessionManager:
 
     async def get_summaries(self, session_key: str) -> list[SessionSummary]:
         """The current generation's compaction summaries, oldest first."""
-        return await context.summaries(self._generations, session_key)
+        return await context.summaries(self._storage, self._generations, session_key)
 
     async def get_latest_summary(self, session_key: str) -> SessionSummary | None:
         """The current generation's newest compaction summary, or ``None``."""
-        return await context.latest_summary(self._generations, session_key)
+        return await context.latest_summary(self._storage, self._generations, session_key)
 
     async def save_context_state(self, state: SessionContextState) -> SessionContextState:
         return await context.save_state(self._storage, state)

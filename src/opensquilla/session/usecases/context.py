@@ -16,15 +16,20 @@ from ..storage import SessionStorage
 from .generations import GenerationCache
 
 
-async def summaries(generations: GenerationCache, session_key: str) -> list[SessionSummary]:
+async def summaries(
+    storage: SessionStorage, generations: GenerationCache, session_key: str
+) -> list[SessionSummary]:
     """The current generation's summaries, oldest first."""
     node = await generations.require(session_key)
-    return await generations.storage.get_all_summaries(node.session_id)
+    return await storage.get_all_summaries(node.session_id)
 
 
-async def latest_summary(generations: GenerationCache, session_key: str) -> SessionSummary | None:
+async def latest_summary(
+    storage: SessionStorage, generations: GenerationCache, session_key: str
+) -> SessionSummary | None:
+    """The current generation's newest summary, or ``None``."""
     node = await generations.require(session_key)
-    return await generations.storage.get_latest_summary(node.session_id)
+    return await storage.get_latest_summary(node.session_id)
 
 
 async def save_state(storage: SessionStorage, state: SessionContextState) -> SessionContextState:

@@ -21,7 +21,7 @@ class GenerationCache:
     """``key -> (session_id, epoch)``, least recently used first, bounded."""
 
     def __init__(self, storage: SessionStorage, size: int = GENERATION_CACHE_SIZE) -> None:
-        self.storage = storage
+        self._storage = storage
         self._size = size
         self._entries: OrderedDict[str, tuple[str, int]] = OrderedDict()
 
@@ -50,7 +50,7 @@ class GenerationCache:
     async def require(self, session_key: str) -> SessionNode:
         """The session row (read now), or ``SessionNotFoundError``."""
         key = canonicalize_session_key(session_key)
-        node = await self.storage.get_session(key)
+        node = await self._storage.get_session(key)
         if node is None:
             self.forget(key)
             raise SessionNotFoundError(f"Session not found: {key}")
