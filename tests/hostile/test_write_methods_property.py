@@ -828,6 +828,8 @@ STORAGE_WRITES = {
 # reached through the manager methods above.
 USECASE_READS = {
     "context.states",
+    "context.summaries",
+    "context.latest_summary",
     "repair.list_degraded",
     "repair.preimage",
     "retention.preview_prune",
