@@ -735,6 +735,7 @@ STORAGE_CASES: list[Case] = [
 
 MANAGER_READS = {
     "get_session",
+    "get_context_view",
     "list_sessions",
     "count_sessions",
     "get_transcript",
@@ -828,6 +829,7 @@ STORAGE_WRITES = {
 # reached through the manager methods above.
 USECASE_READS = {
     "context.states",
+    "context_view.context_view",
     "context.summaries",
     "context.latest_summary",
     "repair.list_degraded",

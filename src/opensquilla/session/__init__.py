@@ -12,6 +12,7 @@ from .errors import (
 )
 from .manager import SessionManager
 from .models import (
+    ContextView,
     SessionContextState,
     SessionIntent,
     SessionNode,
@@ -23,6 +24,7 @@ from .storage import SessionStorage
 
 __all__ = [
     "ConfigurationError",
+    "ContextView",
     "InvalidInputError",
     "SessionContextState",
     "SessionExistsError",

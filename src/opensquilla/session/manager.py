@@ -12,6 +12,7 @@ from typing import Any, Unpack
 
 from .compaction import CompactionConfig, CompactionResult, Summarizer
 from .models import (
+    ContextView,
     SessionContextState,
     SessionIntent,
     SessionNode,
@@ -23,6 +24,7 @@ from .models.reports import DeletionPreview, ResetReport
 from .storage import SessionStorage
 from .usecases import branching, context, overview, repair, retention
 from .usecases.compaction import CompactionOptions, Compactor, MutationContext, PersistOptions
+from .usecases.context_view import context_view
 from .usecases.generations import GenerationCache
 from .usecases.lifecycle import Lifecycle
 from .usecases.overview import ArchiveReport, StoreStats
@@ -241,6 +243,12 @@ class SessionManager:
     async def get_latest_summary(self, session_key: str) -> SessionSummary | None:
         """The current generation's newest compaction summary, or ``None``."""
         return await context.latest_summary(self._storage, self._generations, session_key)
+
+    async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
+        """What a prompt needs, from one snapshot: the latest summary and the newest live
+        messages that fit ``max_tokens`` with it, starting on a turn boundary (README,
+        "Reading a session")."""
+        return await context_view(self._storage, session_key, max_tokens)
 
     async def save_context_state(self, state: SessionContextState) -> SessionContextState:
         return await context.save_state(self._storage, state)

@@ -52,6 +52,7 @@ from .checks import check_record as check_record
 from .checks import check_session_id as check_session_id
 from .checks import check_text as check_text
 from .checks import invalid_input as invalid_input
+from .context_view import ContextView as ContextView
 from .enums import (
     ChatType,
     FlushReceiptStatus,

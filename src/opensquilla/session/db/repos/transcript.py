@@ -127,6 +127,19 @@ class TranscriptRepository:
             await self.conn.execute(_page(query, limit, offset)),
         )
 
+    async def live_tail(
+        self, session_id: str, limit: int, *, before: tuple[int, int] | None = None
+    ) -> list[TranscriptEntry]:
+        """The newest ``limit`` live rows (before ``before`` = (created_at, id) if given),
+        oldest first: a backward range scan of ``(session_id, created_at, id)``."""
+        query = select_rows(live, self.conn).where(live.c.session_id == session_id)
+        if before is not None:
+            query = query.where(tuple_(live.c.created_at, live.c.id) < tuple_(*before))
+        query = query.order_by(live.c.created_at.desc(), live.c.id.desc()).limit(limit)
+        rows = to_models(TranscriptEntry, self.conn.dialect.name, await self.conn.execute(query))
+        rows.reverse()
+        return rows
+
     async def count_live(self, session_id: str) -> int:
         query = select(func.count()).select_from(live).where(live.c.session_id == session_id)
         return int((await self.conn.execute(query)).scalar_one())

@@ -1,0 +1,83 @@
+"""The prompt's view of a session: latest summary plus the newest live messages that fit.
+
+One snapshot read (docs/semantics.md#context-view): the session row, its newest summary and
+the live transcript read backwards in growing batches until the budget is spent, so the
+cost follows the budget, not the transcript's length.
+"""
+
+from __future__ import annotations
+
+from ..compaction.planner import is_tool_result
+from ..compaction.tokens import entry_tokens, estimate_tokens
+from ..errors import SessionNotFoundError
+from ..keys import canonicalize_session_key
+from ..models import TranscriptEntry, check_integer
+from ..models.context_view import ContextView
+from ..storage import SessionStorage
+
+FIRST_BATCH = 64
+MAX_BATCH = 4096
+
+
+def turn_start(entries: list[TranscriptEntry]) -> int:
+    """Where a view cut out of a longer transcript may begin: the first ``user`` message,
+    else the first message that is not a tool result (a result never loses its call);
+    ``len(entries)`` when neither exists."""
+    for index, entry in enumerate(entries):
+        if entry.role == "user":
+            return index
+    for index, entry in enumerate(entries):
+        if not is_tool_result(entry.__dict__):
+            return index
+    return len(entries)
+
+
+async def context_view(storage: SessionStorage, session_key: str, max_tokens: int) -> ContextView:
+    """The latest summary and the newest live messages fitting ``max_tokens`` (the summary
+    counts against it), on a turn boundary; ``SessionNotFoundError`` for a missing key."""
+    check_integer("max_tokens", max_tokens)
+    key = canonicalize_session_key(session_key)
+    async with storage.uow.snapshot() as tx:
+        node = await tx.sessions.get(key)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        summary = await tx.summaries.latest(node.session_id)
+        summary_tokens = estimate_tokens(summary.summary_text) if summary is not None else 0
+        budget = max(0, max_tokens - summary_tokens)
+        fitted: list[tuple[TranscriptEntry, int]] = []  # newest first
+        used = 0
+        truncated = False
+        before: tuple[int, int] | None = None
+        batch = FIRST_BATCH
+        while not truncated:
+            rows = await tx.transcript.live_tail(node.session_id, batch, before=before)
+            for entry in reversed(rows):
+                size = entry_tokens(entry.__dict__)
+                if used + size > budget:
+                    truncated = True
+                    break
+                used += size
+                fitted.append((entry, size))
+            if len(rows) < batch:
+                break
+            assert rows[0].id is not None
+            before = (rows[0].created_at, rows[0].id)
+            batch = min(batch * 4, MAX_BATCH)
+    fitted.reverse()
+    messages = [entry for entry, _ in fitted]
+    start = turn_start(messages) if truncated else 0
+    return ContextView(
+        session_key=key,
+        session_id=node.session_id,
+        epoch=node.epoch,
+        summary=summary,
+        messages=messages[start:],
+        max_tokens=max_tokens,
+        summary_tokens=summary_tokens,
+        budget_tokens=budget,
+        message_tokens=sum(size for _, size in fitted[start:]),
+        truncated=truncated,
+    )
+
+
+__all__ = ["context_view", "turn_start"]
