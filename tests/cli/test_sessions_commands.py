@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from .support import NUL_TEXT, cli, opened, run, seed_rich
 
@@ -83,3 +84,49 @@ def test_show_a_missing_session(database: str) -> None:
     result = cli(database, "sessions", "show", "agent:main:ghost")
     assert result.exit_code == 1
     assert result.stderr.strip() == "error: Session not found: agent:main:ghost"
+
+
+def _page(result) -> tuple[list[str], str | None]:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    return [node["session_key"] for node in data["sessions"]], data["next_cursor"]
+
+
+def test_list_walks_keyset_pages_with_the_printed_cursor(database: str) -> None:
+    run(_population(database))
+    everything = _keys(cli(database, "sessions", "list", "--json"))
+    walked: list[str] = []
+    cursor_args: list[str] = []
+    while True:
+        keys, cursor = _page(
+            cli(database, "sessions", "list", "--limit", "3", "--json", *cursor_args)
+        )
+        walked += keys
+        if cursor is None:
+            break
+        assert cursor.split(":", 1)[1] == keys[-1]  # <updated_at>:<session_key>
+        cursor_args = ["--cursor", cursor]
+    assert walked == everything and len(walked) == 7
+
+    human = cli(database, "sessions", "list", "--limit", "2")
+    assert human.exit_code == 0, human.output
+    last_line = human.stdout.strip().splitlines()[-1]
+    assert last_line.startswith("more: --cursor ")
+    printed = shlex.split(last_line.removeprefix("more: "))
+    assert (
+        _page(cli(database, "sessions", "list", "--limit", "2", "--json", *printed))[0]
+        == (everything[2:4])
+    )
+    final = cli(database, "sessions", "list", "--limit", "7")
+    assert "more:" not in final.stdout
+    assert _page(cli(database, "sessions", "list", "--offset", "1", "--json"))[1] is None
+
+
+def test_list_refuses_a_bad_or_conflicting_cursor(database: str) -> None:
+    run(_population(database))
+    for args in (["--cursor", "agent:main:s1"], ["--cursor", "x:agent:main:s1"]):
+        bad = cli(database, "sessions", "list", *args)
+        assert bad.exit_code == 1 and "cursor" in bad.stderr, bad.output
+    both = cli(database, "sessions", "list", "--cursor", "1:agent:main:s1", "--offset", "2")
+    assert both.exit_code == 1
+    assert "--cursor cannot be combined with --offset or --parent" in both.stderr

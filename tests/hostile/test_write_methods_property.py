@@ -753,6 +753,12 @@ MANAGER_READS = {
     "preview_truncate",
     "preview_prune_stale",
     "preview_cap_entries",
+    "list_sessions_page",
+    "get_recent_transcript",
+    "get_canonical_transcript_entry",
+    "read_transcript",
+    "count_transcript_entries_batch",
+    "list_user_transcript_content_batch",
 }
 MANAGER_WRITES = {
     "create": SESSION_CASES,
@@ -798,6 +804,11 @@ STORAGE_NOT_WRITES = {
     "get_summary",
     "list_degraded_summaries",
     "get_context_states",
+    "list_sessions_page",
+    "get_recent_transcript",
+    "get_canonical_transcript_entry",
+    "count_transcript_entries_batch",
+    "list_user_transcript_content_batch",
 }
 # Whole-session import and copy write through the transfer store, below the storage:
 # ``TransferStore.insert`` (what ``insert_session_rows`` was) checks every value of a block
@@ -838,6 +849,11 @@ USECASE_READS = {
     "retention.preview_cap",
     "overview.archive_report",
     "overview.collect_stats",
+    "reads.recent_transcript",
+    "reads.canonical_entry",
+    "reads.read_transcript",
+    "reads.count_by_key",
+    "reads.user_content_by_key",
 }
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",

@@ -15,6 +15,8 @@ from .models import (
     ContextView,
     SessionContextState,
     SessionIntent,
+    SessionListCursor,
+    SessionListPage,
     SessionNode,
     SessionStatus,
     SessionSummary,
@@ -22,7 +24,7 @@ from .models import (
 )
 from .models.reports import DeletionPreview, ResetReport
 from .storage import SessionStorage
-from .usecases import branching, context, overview, repair, retention
+from .usecases import branching, context, overview, reads, repair, retention
 from .usecases.compaction import CompactionOptions, Compactor, MutationContext, PersistOptions
 from .usecases.context_view import context_view
 from .usecases.generations import GenerationCache
@@ -118,6 +120,20 @@ class SessionManager:
             agent_id, status, limit, offset, spawned_by, parent_session_key=parent_session_key
         )
 
+    async def list_sessions_page(
+        self,
+        *,
+        limit: int = 100,
+        cursor: SessionListCursor | None = None,
+        agent_id: str | None = None,
+        status: str | None = None,
+    ) -> SessionListPage:
+        """One keyset page of :meth:`list_sessions`' order: ``max(1, limit)`` sessions
+        strictly after ``cursor``; pass ``page.next_cursor`` for the next one."""
+        return await self._storage.list_sessions_page(
+            limit=limit, cursor=cursor, agent_id=agent_id, status=status
+        )
+
     async def count_sessions(self) -> int:
         return await self._storage.count_sessions()
 
@@ -206,6 +222,38 @@ class SessionManager:
     async def count_transcript_entries(self, session_key: str) -> int:
         """How many live rows the current generation has."""
         return await self._transcripts.count(session_key)
+
+    async def get_recent_transcript(self, session_key: str, n: int) -> list[TranscriptEntry]:
+        """The newest ``n`` live messages of the current generation, oldest first."""
+        return await reads.recent_transcript(self._storage, self._generations, session_key, n)
+
+    async def get_canonical_transcript_entry(
+        self, session_key: str, message_id: str
+    ) -> TranscriptEntry | None:
+        """The newest message with ``message_id`` in the compacted archive and the live
+        transcript of the current generation, or ``None``."""
+        return await reads.canonical_entry(
+            self._storage, self._generations, session_key, message_id
+        )
+
+    async def read_transcript(
+        self, session_key: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The live transcript as JSON-ready dicts (``model_dump(mode="json")``)."""
+        return await reads.read_transcript(self._storage, self._generations, session_key, limit)
+
+    async def count_transcript_entries_batch(self, session_keys: list[str]) -> dict[str, int]:
+        """Live message counts by key, keyed as given (0 for a missing key)."""
+        return await reads.count_by_key(self._storage, session_keys)
+
+    async def list_user_transcript_content_batch(
+        self, session_keys: list[str], *, limit_per_session: int = 3
+    ) -> dict[str, list[str]]:
+        """The first ``limit_per_session`` non-empty user messages of each key, keyed as
+        given (``[]`` for a missing key)."""
+        return await reads.user_content_by_key(
+            self._storage, session_keys, limit_per_session=limit_per_session
+        )
 
     async def truncate(self, session_key: str, max_messages: int = 20) -> dict[str, Any]:
         """Keep the newest ``max_messages`` live entries (one transaction)."""

@@ -59,6 +59,13 @@ SummaryId = Annotated[
 ]
 Limit = Annotated[int, typer.Option("--limit", min=0, max=INT64_MAX)]
 Offset = Annotated[int, typer.Option("--offset", min=0, max=INT64_MAX)]
+ListCursor = Annotated[
+    str | None,
+    typer.Option(
+        "--cursor",
+        help="Start after this session: the <updated_at>:<session_key> a page printed last.",
+    ),
+]
 AgentFilter = Annotated[str | None, typer.Option("--agent", help="Only this agent.")]
 # ``repair list`` has always shown --agent without help text; kept as it is.
 RepairAgentFilter = Annotated[str | None, typer.Option("--agent")]

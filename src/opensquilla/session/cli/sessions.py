@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ..errors import SessionNotFoundError
-from ..models import SessionNode, SessionStatus
-from .options import AgentFilter, Json, Limit, Offset, SessionKey
+from ..errors import InvalidInputError, SessionNotFoundError
+from ..models import SessionListCursor, SessionListPage, SessionStatus
+from .options import AgentFilter, Json, Limit, ListCursor, Offset, SessionKey
 from .render.sessions import SESSION, SESSIONS, SessionDetail, SessionPage
 from .runtime import dsn, open_manager, run
 
@@ -20,11 +20,13 @@ def sessions_list(
     parent: Annotated[str | None, typer.Option("--parent", help="Children of this key.")] = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    cursor: ListCursor = None,
     as_json: Json = False,
 ) -> None:
-    """List sessions, most recently updated first."""
-    nodes = run(lambda: _list(dsn(ctx), agent, status, parent, limit, offset))
-    SESSIONS.show(SessionPage(nodes, limit, offset), as_json)
+    """List sessions, most recently updated first, a page at a time: when more follow,
+    the last line (and "next_cursor" in --json) is the --cursor of the next page."""
+    page = run(lambda: _list(dsn(ctx), agent, status, parent, limit, offset, cursor))
+    SESSIONS.show(SessionPage(page.sessions, limit, offset, page.next_cursor), as_json)
 
 
 def sessions_show(
@@ -49,14 +51,27 @@ async def _list(
     parent: str | None,
     limit: int,
     offset: int,
-) -> list[SessionNode]:
+    cursor: str | None,
+) -> SessionListPage:
+    """A keyset page (``--limit`` sessions, at least one, after ``--cursor``); with
+    ``--offset`` or ``--parent`` the offset listing, which has no next cursor."""
+    status_value = status.value if status is not None else None
+    if offset or parent is not None:
+        if cursor is not None:
+            raise InvalidInputError("--cursor cannot be combined with --offset or --parent")
+        async with open_manager(dsn) as manager:
+            nodes = await manager.list_sessions(
+                agent_id=agent,
+                status=status_value,
+                limit=limit,
+                offset=offset,
+                parent_session_key=parent,
+            )
+        return SessionListPage(sessions=nodes, next_cursor=None, has_more=False)
+    after = SessionListCursor.decode(cursor) if cursor is not None else None
     async with open_manager(dsn) as manager:
-        return await manager.list_sessions(
-            agent_id=agent,
-            status=status.value if status is not None else None,
-            limit=limit,
-            offset=offset,
-            parent_session_key=parent,
+        return await manager.list_sessions_page(
+            limit=limit, cursor=after, agent_id=agent, status=status_value
         )
 
 

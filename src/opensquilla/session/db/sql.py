@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, Text, func
@@ -39,3 +40,9 @@ async def lock_key(conn: AsyncConnection, key: str) -> None:
     where the write transaction already holds the database lock)."""
     if is_postgres(conn):
         await conn.execute(func.pg_advisory_xact_lock(func.hashtextextended(key, 0)).select())
+
+
+def chunks(values: Sequence[str], size: int) -> list[list[str]]:
+    """``values`` in runs of at most ``size``: the parameter lists of a batch read, one
+    statement each (SQLite bounds the parameters of a statement)."""
+    return [list(values[start : start + size]) for start in range(0, len(values), size)]

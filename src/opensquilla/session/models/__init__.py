@@ -8,7 +8,8 @@ value put into one is checked against its column's domain, the same for both bac
 The package's modules: ``enums`` (the string enums), ``checks`` (the value domain: limits,
 field types, ``check_*`` for plain arguments, ``invalid_input``), ``records`` (the
 ``_Record`` base, sessions, summaries, context states), ``messages`` (live and compacted
-transcript entries) and ``snapshot`` (what a reset archives). Everything is imported from
+transcript entries), ``snapshot`` (what a reset archives) and ``listing`` (keyset pages of
+the session listing). Everything is imported from
 here, ``opensquilla.session.models``, as it was before the split.
 """
 
@@ -51,6 +52,7 @@ from .checks import check_page as check_page
 from .checks import check_record as check_record
 from .checks import check_session_id as check_session_id
 from .checks import check_text as check_text
+from .checks import check_text_list as check_text_list
 from .checks import invalid_input as invalid_input
 from .context_view import ContextView as ContextView
 from .enums import (
@@ -62,6 +64,7 @@ from .enums import (
     SessionIntent,
     SessionStatus,
 )
+from .listing import SessionListCursor, SessionListPage
 from .messages import CompactedTranscriptEntry, TranscriptEntry
 from .records import SessionContextState, SessionNode, SessionSummary
 from .records import _Record as _Record
@@ -77,6 +80,8 @@ __all__ = [
     "SendPolicy",
     "SessionContextState",
     "SessionIntent",
+    "SessionListCursor",
+    "SessionListPage",
     "SessionNode",
     "SessionStatus",
     "SessionSummary",

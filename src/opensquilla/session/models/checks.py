@@ -232,3 +232,14 @@ def check_record(name: str, value: object, kind: type[_Record]) -> None:
     """``value`` must be a ``kind`` (a record of the right type, not a dict or a row)."""
     if not isinstance(value, kind):
         raise InvalidInputError(f"{name} must be a {kind.__name__}, not {describe(value)}")
+
+
+def check_text_list(name: str, values: object, *, identifier: bool = False) -> list[str]:
+    """``values`` as a list-of-text argument: a ``list`` or ``tuple`` of ``str`` (a single
+    string is refused, not taken for its characters); each item as :func:`check_text`."""
+    if not isinstance(values, list | tuple):
+        raise InvalidInputError(f"{name} must be a list of strings, not {describe(values)}")
+    return [
+        check_text(f"{name}[{index}]", value, identifier=identifier)
+        for index, value in enumerate(values)
+    ]

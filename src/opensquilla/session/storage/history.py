@@ -19,6 +19,7 @@ from ..models import (
     check_page,
     check_record,
     check_text,
+    check_text_list,
 )
 from .lifecycle import StorageLifecycle
 
@@ -96,6 +97,50 @@ class HistoryRowOperations(StorageLifecycle):
         """Live rows only."""
         async with self.uow.read() as tx:
             return await tx.transcript.count_live(session_id)
+
+    async def get_recent_transcript(self, session_id: str, n: int) -> list[TranscriptEntry]:
+        """The newest ``n`` live rows of one generation, oldest first (``[]`` for 0). A
+        negative ``n`` is refused (upstream returned every row)."""
+        check_text("session_id", session_id, identifier=True)
+        check_integer("n", n)
+        if n == 0:
+            return []
+        async with self.uow.read() as tx:
+            return await tx.transcript.list_recent_live(session_id, n)
+
+    async def get_canonical_transcript_entry(
+        self, session_id: str, message_id: str
+    ) -> TranscriptEntry | None:
+        """The newest row carrying ``message_id`` (``created_at``, then id, descending)
+        among the compacted archive (``id`` := the id it had when live) and the live rows
+        of one generation; ``None`` when there is none."""
+        check_text("session_id", session_id, identifier=True)
+        check_text("message_id", message_id, identifier=True)
+        async with self.uow.read() as tx:
+            return await tx.transcript.find_canonical_entry(session_id, message_id)
+
+    async def count_transcript_entries_batch(self, session_ids: list[str]) -> dict[str, int]:
+        """Live rows per session id: every id given is a key (0 when it has none, or is
+        unknown); ``{}`` for no ids. One snapshot, 500 ids per statement."""
+        ids = check_text_list("session_ids", session_ids, identifier=True)
+        if not ids:
+            return {}
+        async with self.uow.snapshot() as tx:
+            return await tx.transcript.count_live_batch(ids)
+
+    async def list_user_transcript_content_batch(
+        self, session_ids: list[str], *, limit_per_session: int = 3
+    ) -> dict[str, list[str]]:
+        """Per session id, the contents of its first ``limit_per_session`` live ``user``
+        rows whose content is a non-empty string, in transcript order; every id given is a
+        key (``[]`` when none). The compacted archive is not read. One snapshot, 300 ids per
+        statement."""
+        ids = check_text_list("session_ids", session_ids, identifier=True)
+        check_integer("limit_per_session", limit_per_session)
+        if not ids:
+            return {}
+        async with self.uow.snapshot() as tx:
+            return await tx.transcript.first_user_contents(ids, limit_per_session)
 
     async def get_compacted_transcript_entries(
         self, session_id: str, *, compaction_id: str | None = None

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from ..db.generations import GenerationRace, generation_guard
 from ..errors import (
+    InvalidInputError,
     SessionNotFoundError,
 )
 from ..keys import canonicalize_session_key, normalize_agent_id
 from ..models import (
+    INT64_MAX,
+    INT64_MIN,
+    SessionListCursor,
+    SessionListPage,
     SessionNode,
+    check_integer,
+    check_optional_text,
     check_page,
     check_record,
     check_session_values,
@@ -90,6 +97,38 @@ class SessionRowOperations(StorageLifecycle):
                 limit=limit,
                 offset=offset,
             )
+
+    async def list_sessions_page(
+        self,
+        *,
+        limit: int,
+        cursor: SessionListCursor | None = None,
+        agent_id: str | None = None,
+        status: str | None = None,
+    ) -> SessionListPage:
+        """One keyset page of the listing (``updated_at`` then key, both descending):
+        ``max(1, limit)`` sessions strictly after ``cursor`` (from the start without one).
+        Sessions inserted ahead of the cursor during a walk are not seen, deleted ones are
+        skipped, none is repeated (docs/semantics.md#listing)."""
+        check_integer("limit", limit, minimum=INT64_MIN, maximum=INT64_MAX - 1)
+        if cursor is not None and not isinstance(cursor, SessionListCursor):
+            raise InvalidInputError(
+                f"cursor must be a SessionListCursor or None, not {type(cursor).__name__}"
+            )
+        check_optional_text("agent_id", agent_id)
+        check_optional_text("status", status)
+        page_size = max(1, limit)
+        async with self.uow.read() as tx:
+            nodes = await tx.sessions.list_page(
+                after=(cursor.updated_at, cursor.session_key) if cursor is not None else None,
+                agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
+                status=str(status) if status is not None else None,
+                limit=page_size + 1,
+            )
+        has_more = len(nodes) > page_size
+        del nodes[page_size:]
+        next_cursor = SessionListCursor.of(nodes[-1]) if has_more else None
+        return SessionListPage(sessions=nodes, next_cursor=next_cursor, has_more=has_more)
 
     async def count_sessions(self) -> int:
         async with self.uow.read() as tx:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from rich import box
 from rich.table import Table
 
-from ...models import SessionContextState, SessionNode, SessionSummary, TranscriptEntry
+from ...models import (
+    SessionContextState,
+    SessionListCursor,
+    SessionNode,
+    SessionSummary,
+    TranscriptEntry,
+)
 from ...support.jsontext import strict_json
 from . import View
 from .text import field, out, record, visible, when
@@ -15,11 +22,12 @@ from .text import field, out, record, visible, when
 
 @dataclass(frozen=True)
 class SessionPage:
-    """One page of ``sessions list``."""
+    """One page of ``sessions list``; ``next_cursor`` when more sessions follow."""
 
     nodes: list[SessionNode]
     limit: int
     offset: int
+    next_cursor: SessionListCursor | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,8 @@ def _print_sessions(page: SessionPage) -> None:
             field(node.model or "-"),
         )
     out.print(table)
+    if page.next_cursor is not None:
+        out.print(f"more: --cursor {field(shlex.quote(page.next_cursor.encode()))}")
 
 
 def entry_lines(entry: TranscriptEntry) -> list[str]:
@@ -123,6 +133,7 @@ SESSIONS: View[SessionPage] = View(
         "sessions": [record(node) for node in page.nodes],
         "limit": page.limit,
         "offset": page.offset,
+        "next_cursor": page.next_cursor.encode() if page.next_cursor is not None else None,
     },
     _print_sessions,
 )

@@ -18,6 +18,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql
@@ -27,7 +28,7 @@ from sqlalchemy.sql.expression import BindParameter, ColumnElement
 from ...errors import InvalidInputError, SessionIdInUseError, StaleGenerationError
 from ...models import INT64_MAX, SessionNode
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
-from ..sql import insert_for, is_postgres
+from ..sql import chunks, insert_for, is_postgres
 from ..tables import (
     OWNED_TABLES,
     session_context_states,
@@ -342,3 +343,43 @@ class SessionRepository:
                 f"session id {_shown(session_id)} belongs to session {_shown(owner)}; a row of "
                 f"session {_shown(session_key)} cannot carry it. Nothing was written"
             )
+
+    # -- keyset pages --------------------------------------------------------------------
+
+    async def list_page(
+        self,
+        *,
+        after: tuple[int, str] | None,
+        agent_id: str | None,
+        status: str | None,
+        limit: int,
+    ) -> list[SessionNode]:
+        """At most ``limit`` sessions in listing order (:data:`ACTIVITY_ORDER`), strictly
+        after the position ``after`` = ``(updated_at, session_key)`` when given."""
+        query = select_rows(sessions, self.conn)
+        if agent_id is not None:
+            query = query.where(sessions.c.agent_id == agent_id)
+        if status is not None:
+            query = query.where(sessions.c.status == status)
+        if after is not None:
+            query = query.where(
+                tuple_(sessions.c.updated_at, sessions.c.session_key) < tuple_(*after)
+            )
+        query = query.order_by(*ACTIVITY_ORDER).limit(limit)
+        return to_models(SessionNode, self.conn.dialect.name, await self.conn.execute(query))
+
+    # Keys per statement of current_session_ids (each is one parameter on SQLite).
+    KEY_CHUNK = 500
+
+    async def current_session_ids(self, keys: Sequence[str]) -> dict[str, str]:
+        """``{session_key: session_id}`` of those of ``keys`` that exist; one statement per
+        :attr:`KEY_CHUNK` keys."""
+        found: dict[str, str] = {}
+        for chunk in chunks(list(dict.fromkeys(keys)), self.KEY_CHUNK):
+            query = select(sessions.c.session_key, sessions.c.session_id).where(
+                _one_of(sessions.c.session_key, _listed(self.conn, chunk))
+            )
+            found.update(
+                {row.session_key: row.session_id for row in await self.conn.execute(query)}
+            )
+        return found

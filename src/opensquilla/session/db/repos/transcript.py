@@ -7,24 +7,31 @@ rows in that order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Integer,
     Select,
+    Text,
+    bindparam,
     delete,
     func,
     literal,
+    literal_column,
     select,
+    true,
     tuple_,
     union_all,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import CompactedTranscriptEntry, TranscriptEntry
 from ..rows import TRANSCRIPT_COLUMNS, read_columns, select_rows, to_models, values_of
-from ..sql import new_uuid
+from ..sql import chunks, is_postgres, new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
 from ..tables import transcript_entries as live
@@ -348,6 +355,164 @@ class TranscriptRepository:
         """Insert in order; each entry gets its id."""
         for entry in entries:
             entry.id = await self.insert(entry)
+
+    # -- other reads -------------------------------------------------------------------
+
+    # Session ids per statement of the batch reads: each id is one bound parameter.
+    COUNT_CHUNK = 500
+    USER_CONTENT_CHUNK = 300
+
+    async def list_recent_live(self, session_id: str, n: int) -> list[TranscriptEntry]:
+        """The newest ``n`` live rows of ``session_id``, oldest first: a backward range
+        scan of ``idx_transcript_session_cursor`` that stops after ``n`` rows."""
+        query = (
+            select_rows(live, self.conn)
+            .where(live.c.session_id == session_id)
+            .order_by(live.c.created_at.desc(), live.c.id.desc())
+            .limit(n)
+        )
+        entries = to_models(TranscriptEntry, self.conn.dialect.name, await self.conn.execute(query))
+        entries.reverse()
+        return entries
+
+    async def find_canonical_entry(
+        self, session_id: str, message_id: str
+    ) -> TranscriptEntry | None:
+        """The newest canonical row (archive or live) carrying ``message_id``."""
+        merged = canonical_query(session_id, self.conn.dialect.name)
+        query = (
+            select(merged)
+            .where(merged.c.message_id == message_id)
+            .order_by(merged.c.created_at.desc(), merged.c.id.desc())
+            .limit(1)
+        )
+        found = to_models(TranscriptEntry, self.conn.dialect.name, await self.conn.execute(query))
+        return found[0] if found else None
+
+    async def count_live_batch(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Live rows per session id, every id of ``session_ids`` present (0 when none);
+        one grouped statement per :attr:`COUNT_CHUNK` ids."""
+        counts = dict.fromkeys(session_ids, 0)
+        for chunk in chunks(list(counts), self.COUNT_CHUNK):
+            query = (
+                select(live.c.session_id, func.count())
+                .where(live.c.session_id.in_(chunk))
+                .group_by(live.c.session_id)
+            )
+            for session_id, count in await self.conn.execute(query):
+                counts[session_id] = int(count)
+        return counts
+
+    async def first_user_contents(
+        self, session_ids: Sequence[str], limit_per_session: int
+    ) -> dict[str, list[str]]:
+        """The contents of the first ``limit_per_session`` live ``user`` rows with
+        non-empty content of each session id, in transcript order, every id present
+        (``[]`` when none); one statement per :attr:`USER_CONTENT_CHUNK` ids, in which each
+        session is one range scan of ``idx_transcript_session_cursor`` that stops at its
+        ``limit_per_session``-th match (:func:`_first_user_rows`)."""
+        contents: dict[str, list[str]] = {session_id: [] for session_id in session_ids}
+        if limit_per_session == 0:
+            return contents
+        postgres = is_postgres(self.conn)
+        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
+            values: dict[str, Any]
+            if postgres:
+                query, values = _first_user_rows(0), {"session_ids": chunk}
+            else:
+                query = _first_user_rows(len(chunk))
+                values = {f"session_id_{n}": session_id for n, session_id in enumerate(chunk)}
+            values["per_session"] = limit_per_session
+            for session_id, content in await self.conn.execute(query, values):
+                contents[session_id].append(content)
+        return contents
+        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
+            firsts = [
+                select(live.c.session_id, live.c.content, live.c.created_at, live.c.id)
+                .where(
+                    live.c.session_id == session_id,
+                    live.c.role == "user",
+                    live.c.content.is_not(None),
+                    live.c.content != "",
+                )
+                .order_by(*LIVE_ORDER)
+                .limit(limit_per_session)
+                .subquery()
+                .select()  # SQLite takes no LIMIT inside a compound SELECT's arm
+                for session_id in chunk
+            ]
+            found = union_all(*firsts).subquery("firsts")
+            query = select(found.c.session_id, found.c.content).order_by(
+                found.c.created_at, found.c.id
+            )
+            for session_id, content in await self.conn.execute(query):
+                contents[session_id].append(content)
+        return contents
+        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
+            rank = func.row_number().over(partition_by=live.c.session_id, order_by=LIVE_ORDER)
+            ranked = (
+                select(live.c.id, rank.label("rank"))
+                .where(
+                    live.c.session_id.in_(chunk),
+                    live.c.role == "user",
+                    live.c.content.is_not(None),
+                    live.c.content != "",
+                )
+                .subquery("ranked")
+            )
+            query = (
+                select(live.c.session_id, live.c.content)
+                .join(ranked, ranked.c.id == live.c.id)
+                .where(ranked.c.rank <= limit_per_session)
+                .order_by(live.c.session_id, *LIVE_ORDER)
+            )
+            for session_id, content in await self.conn.execute(query):
+                contents[session_id].append(content)
+        return contents
+
+
+@functools.cache
+def _first_user_rows(arms: int) -> Select[Any]:
+    """``(session_id, content)`` of the first ``:per_session`` live user rows with
+    non-empty content of each wanted session, in transcript order (built once per shape).
+
+    ``arms=0`` (PostgreSQL): the ids are one array parameter ``:session_ids``, each joined
+    ``LATERAL`` to its limited scan. Otherwise (SQLite, which has no ``LATERAL``): a
+    ``UNION ALL`` of ``arms`` limited scans, on ``:session_id_0`` ... (two parameters
+    an arm: the constants are written inline, so 300 arms stay under the 999 parameters
+    of SQLite before 3.32). A ``ROW_NUMBER`` window would rank every user row of every
+    session before keeping the first few.
+    """
+    per_session = bindparam("per_session", type_=Integer)
+
+    def firsts(session_id: Any) -> Select[Any]:
+        return (
+            select(live.c.session_id, live.c.content, live.c.created_at, live.c.id)
+            .where(
+                live.c.session_id == session_id,
+                live.c.role == literal_column("'user'"),
+                live.c.content.is_not(None),
+                live.c.content != literal_column("''"),
+            )
+            .order_by(*LIVE_ORDER)
+            .limit(per_session)
+        )
+
+    if arms == 0:
+        wanted = func.unnest(bindparam("session_ids", type_=postgresql.ARRAY(Text)))
+        ids = wanted.table_valued("session_id").render_derived(name="wanted")
+        found = firsts(ids.c.session_id).lateral("firsts")
+        return (
+            select(found.c.session_id, found.c.content)
+            .select_from(ids.join(found, true()))
+            .order_by(found.c.created_at, found.c.id)
+        )
+    # SQLite takes no LIMIT in a compound SELECT's arm: each is wrapped in a subquery.
+    scans = [
+        firsts(bindparam(f"session_id_{n}", type_=Text)).subquery().select() for n in range(arms)
+    ]
+    merged = union_all(*scans).subquery("firsts")
+    return select(merged.c.session_id, merged.c.content).order_by(merged.c.created_at, merged.c.id)
 
 
 __all__ = ["TranscriptRepository", "canonical_query"]
