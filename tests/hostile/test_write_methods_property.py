@@ -740,6 +740,10 @@ MANAGER_READS = {
     "count_sessions",
     "get_transcript",
     "get_canonical_transcript",
+    "get_canonical_transcript_page",
+    "get_canonical_transcript_coverage",
+    "is_canonical_transcript_complete",
+    "iter_canonical_transcript",  # an async iterator, listed for the reader
     "count_transcript_entries",
     "get_summaries",
     "get_latest_summary",
@@ -797,6 +801,9 @@ STORAGE_NOT_WRITES = {
     "get_epoch",
     "get_transcript",
     "get_canonical_transcript",
+    "get_canonical_transcript_page",
+    "get_canonical_transcript_coverage",
+    "is_canonical_transcript_complete",
     "count_transcript_entries",
     "get_compacted_transcript_entries",
     "get_all_summaries",
@@ -854,6 +861,8 @@ USECASE_READS = {
     "reads.read_transcript",
     "reads.count_by_key",
     "reads.user_content_by_key",
+    "pages.canonical_page",
+    "pages.coverage",
 }
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",

@@ -12,6 +12,9 @@ from .errors import (
 )
 from .manager import SessionManager
 from .models import (
+    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
+    CanonicalTranscriptCoverage,
+    CanonicalTranscriptPage,
     ContextView,
     SessionContextState,
     SessionIntent,
@@ -25,6 +28,9 @@ from .models import (
 from .storage import SessionStorage
 
 __all__ = [
+    "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
+    "CanonicalTranscriptCoverage",
+    "CanonicalTranscriptPage",
     "ConfigurationError",
     "ContextView",
     "InvalidInputError",

@@ -7,12 +7,15 @@ options) and no logic of its own. It never writes SQL.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Unpack
 
 from .compaction import CompactionConfig, CompactionResult, Summarizer
 from .models import (
+    CanonicalTranscriptCoverage,
+    CanonicalTranscriptPage,
     ContextView,
+    Cursor,
     SessionContextState,
     SessionIntent,
     SessionListCursor,
@@ -24,7 +27,7 @@ from .models import (
 )
 from .models.reports import DeletionPreview, ResetReport
 from .storage import SessionStorage
-from .usecases import branching, context, overview, reads, repair, retention
+from .usecases import branching, context, overview, pages, reads, repair, retention
 from .usecases.compaction import CompactionOptions, Compactor, MutationContext, PersistOptions
 from .usecases.context_view import context_view
 from .usecases.generations import GenerationCache
@@ -218,6 +221,43 @@ class SessionManager:
     ) -> list[TranscriptEntry]:
         """Everything the current generation said: compacted archive plus live rows."""
         return await self._transcripts.canonical(session_key, limit, offset)
+
+    async def get_canonical_transcript_page(
+        self,
+        session_key: str,
+        *,
+        limit: int,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+    ) -> CanonicalTranscriptPage:
+        """One page of the current generation's canonical transcript, oldest first
+        (docs/semantics.md#pages), with ``has_more`` and ``canonical_complete`` (read after
+        the page). Cursors are ``(created_at, id)`` of a row; an unknown one counts as
+        absent and ``before`` wins over ``after``. ``limit`` must be an ``int``; as
+        upstream does, below 1 it counts as 1 (compatibility). ``SessionNotFoundError`` for
+        a missing key."""
+        return await pages.canonical_page(
+            self._storage, self._generations, session_key, limit=limit, before=before, after=after
+        )
+
+    async def get_canonical_transcript_coverage(
+        self, session_key: str
+    ) -> CanonicalTranscriptCoverage:
+        """Whether the current generation's canonical transcript is complete, with the
+        compaction count and whether it was inherited from a parent."""
+        return await pages.coverage(self._storage, self._generations, session_key)
+
+    async def is_canonical_transcript_complete(self, session_key: str) -> bool:
+        """``get_canonical_transcript_coverage(session_key).canonical_complete``."""
+        return (await self.get_canonical_transcript_coverage(session_key)).canonical_complete
+
+    def iter_canonical_transcript(
+        self, session_key: str, *, page_size: int = 500
+    ) -> AsyncIterator[TranscriptEntry]:
+        """Every canonical row of the current generation, oldest first, read ``page_size``
+        (an ``int``, below 1 counting as 1) rows at a time; what concurrent appends,
+        compactions and resets do to the walk: ``usecases.pages.iter_canonical_transcript``."""
+        return pages.iter_canonical_transcript(self._storage, session_key, page_size=page_size)
 
     async def count_transcript_entries(self, session_key: str) -> int:
         """How many live rows the current generation has."""

@@ -8,8 +8,9 @@ value put into one is checked against its column's domain, the same for both bac
 The package's modules: ``enums`` (the string enums), ``checks`` (the value domain: limits,
 field types, ``check_*`` for plain arguments, ``invalid_input``), ``records`` (the
 ``_Record`` base, sessions, summaries, context states), ``messages`` (live and compacted
-transcript entries), ``snapshot`` (what a reset archives) and ``listing`` (keyset pages of
-the session listing). Everything is imported from
+transcript entries), ``pages`` (canonical transcript pages and coverage), ``listing``
+(keyset pages of the session listing), ``context_view`` (the prompt's view) and ``snapshot``
+(what a reset archives). Everything is imported from
 here, ``opensquilla.session.models``, as it was before the split.
 """
 
@@ -66,12 +67,21 @@ from .enums import (
 )
 from .listing import SessionListCursor, SessionListPage
 from .messages import CompactedTranscriptEntry, TranscriptEntry
+from .pages import (
+    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
+    CanonicalTranscriptCoverage,
+    CanonicalTranscriptPage,
+)
+from .pages import Cursor as Cursor
 from .records import SessionContextState, SessionNode, SessionSummary
 from .records import _Record as _Record
 from .records import check_session_values as check_session_values
 from .snapshot import GenerationSnapshot as GenerationSnapshot
 
 __all__ = [
+    "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
+    "CanonicalTranscriptCoverage",
+    "CanonicalTranscriptPage",
     "ChatType",
     "CompactedTranscriptEntry",
     "FlushReceiptStatus",

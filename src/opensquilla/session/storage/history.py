@@ -8,7 +8,9 @@ from ..errors import (
 )
 from ..keys import agent_key_prefix, canonicalize_session_key
 from ..models import (
+    CanonicalTranscriptCoverage,
     CompactedTranscriptEntry,
+    Cursor,
     SessionContextState,
     SessionSummary,
     TranscriptEntry,
@@ -21,6 +23,7 @@ from ..models import (
     check_text,
     check_text_list,
 )
+from ..models.pages import check_cursor, check_page_size
 from .lifecycle import StorageLifecycle
 
 
@@ -92,6 +95,50 @@ class HistoryRowOperations(StorageLifecycle):
         check_page(limit, offset)
         async with self.uow.read() as tx:
             return await tx.transcript.list_canonical(session_id, limit=limit, offset=offset)
+
+    async def get_canonical_transcript_page(
+        self,
+        session_id: str,
+        *,
+        limit: int,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+    ) -> tuple[list[TranscriptEntry], bool]:
+        """One page of the canonical transcript, oldest first, and whether more rows lie
+        beyond it in the direction of travel (docs/semantics.md#pages).
+
+        ``limit`` is an ``int``; below 1 it counts as 1. A cursor is a ``(created_at, id)``
+        tuple; one that names no canonical row of ``session_id`` counts as absent, and
+        ``before`` wins when both name rows. No cursor: the newest rows (``has_more``: older
+        ones exist); ``before``: the newest rows before it (older ones exist); ``after``: the
+        oldest rows after it (newer ones exist). The rows come from one statement over both
+        tables, so a concurrent compaction can neither duplicate nor drop rows."""
+        check_text("session_id", session_id)
+        size = check_page_size("limit", limit)
+        before = check_cursor("before", before)
+        after = check_cursor("after", after)
+        # A cursor needs a lookup that must agree with the page: both in one snapshot.
+        unit = self.uow.snapshot if before is not None or after is not None else self.uow.read
+        async with unit() as tx:
+            position, forward = await _travel(tx, session_id, before, after)
+            rows = await tx.transcript.canonical_window(
+                session_id, limit=size + 1, position=position, forward=forward
+            )
+        page = rows[:size]
+        return (page if forward else page[::-1]), len(rows) > size
+
+    async def get_canonical_transcript_coverage(
+        self, session_id: str
+    ) -> CanonicalTranscriptCoverage:
+        """Whether the generation's canonical transcript is complete, with the evidence
+        (docs/semantics.md#pages); ``(False, 0, False)`` when no session has that id."""
+        check_text("session_id", session_id)
+        async with self.uow.read() as tx:
+            return await tx.transcript.coverage(session_id)
+
+    async def is_canonical_transcript_complete(self, session_id: str) -> bool:
+        """``get_canonical_transcript_coverage(session_id).canonical_complete``."""
+        return (await self.get_canonical_transcript_coverage(session_id)).canonical_complete
 
     async def count_transcript_entries(self, session_id: str) -> int:
         """Live rows only."""
@@ -248,6 +295,21 @@ class HistoryRowOperations(StorageLifecycle):
         """One compaction summary by its id (the repair queue addresses summaries so)."""
         async with self.uow.read() as tx:
             return await tx.overview.summary_by_id(summary_id)
+
+
+async def _travel(
+    tx: Transaction, session_id: str, before: Cursor | None, after: Cursor | None
+) -> tuple[Cursor | None, bool]:
+    """Where a page starts and whether it reads forward: from a cursor that names a row of
+    the generation (``before`` first), else backward from the newest row."""
+    cursors = [cursor for cursor in (before, after) if cursor is not None]
+    found = await tx.transcript.named_positions(session_id, cursors)
+    named = dict(zip(cursors, found, strict=True))
+    if before is not None and named[before]:
+        return before, False
+    if after is not None and named[after]:
+        return after, True
+    return None, False
 
 
 async def _raise_stale(tx: Transaction, entry: TranscriptEntry, expected: int) -> None:

@@ -24,6 +24,7 @@ from ..errors import (
 )
 from ..keys import canonicalize_session_key, require_session_key
 from ..models import (
+    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
     SessionNode,
     SessionStatus,
     check_flag,
@@ -137,6 +138,29 @@ async def branch_session(
     return child
 
 
+async def _record_lineage(
+    tx: Transaction, parent: SessionNode, child: SessionNode, fork: ForkMode
+) -> None:
+    """The fork-lineage proof on the child's row (docs/semantics.md#pages), from the
+    parent's coverage read now, inside the branch transaction.
+
+    ``schema_version`` at least ``CANONICAL_FORK_PROOF_SCHEMA_VERSION`` says that this
+    fork logic wrote the count. A full fork inherits the parent's compaction count (its
+    summaries come along); a prefix fork copies rows only, so starts at 0. A child of an
+    incomplete parent gets a count its summaries cannot match, so it stays incomplete for
+    good: at least 1 (upstream's rule) and, for a full fork, one more than the summaries it
+    copies (upstream's ``max(1, C)`` would certify the child of a legacy fork whose own
+    summaries all match)."""
+    parent_coverage = await tx.transcript.coverage(parent.session_id)
+    inherited = parent_coverage.compaction_count
+    child.schema_version = max(child.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION)
+    if not parent_coverage.canonical_complete:
+        copied = len(await tx.summaries.text_lengths(parent.session_id)) if fork == "full" else 0
+        child.compaction_count = max(1, inherited, copied + 1)
+    else:
+        child.compaction_count = inherited if fork == "full" else 0
+
+
 async def _fill(
     tx: Transaction,
     parent: SessionNode,
@@ -165,6 +189,8 @@ async def _fill(
             tokens += sum(estimate_tokens_for_length(n) for n in lengths)
         copy = max_fork_tokens is None or tokens <= max_fork_tokens
     child.forked_from_parent = copy
+    if copy:
+        await _record_lineage(tx, parent, child, fork)
     if not await tx.sessions.insert_new(child):
         raise SessionExistsError(f"Session already exists: {child.session_key}")
     if not copy:

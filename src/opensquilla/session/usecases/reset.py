@@ -23,6 +23,7 @@ from ..fs.files import StagedFile
 from ..fs.reset_archive import stage_reset_archive
 from ..keys import canonicalize_session_key
 from ..models import (
+    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
     GenerationSnapshot,
     SessionNode,
     check_integer,
@@ -104,9 +105,13 @@ async def start_generation(
         # recovery tells a committed reset by the session's id having changed.
         await tx.sessions.claim_generation(new_session_id, None)
         old_id = current.session_id
-        renewed = await tx.sessions.update_fields(
-            key, reset_values(current.epoch + 1, new_session_id, now)
-        )
+        values = reset_values(current.epoch + 1, new_session_id, now)
+        if current.forked_from_parent:
+            # The new generation is empty, so complete: proven, whatever the fork was.
+            values["schema_version"] = max(
+                current.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION
+            )
+        renewed = await tx.sessions.update_fields(key, values)
         assert renewed is not None
         if staged is not None:
             file = await _stage_archive(tx, current, storage.archive_store_tag)

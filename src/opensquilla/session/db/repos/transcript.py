@@ -17,7 +17,9 @@ from sqlalchemy import (
     Select,
     Text,
     bindparam,
+    case,
     delete,
+    exists,
     func,
     literal,
     literal_column,
@@ -29,10 +31,17 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ...models import CompactedTranscriptEntry, TranscriptEntry
+from ...models import (
+    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
+    CanonicalTranscriptCoverage,
+    CompactedTranscriptEntry,
+    Cursor,
+    TranscriptEntry,
+)
 from ..rows import TRANSCRIPT_COLUMNS, read_columns, select_rows, to_models, values_of
 from ..sql import chunks, is_postgres, new_uuid
 from ..tables import compacted_transcript_entries as archive
+from ..tables import session_summaries as summaries
 from ..tables import sessions
 from ..tables import transcript_entries as live
 from .fenced_append import INSERT_COLUMNS, INSERT_ENTRY, append_and_touch, bound_row
@@ -469,6 +478,129 @@ class TranscriptRepository:
             for session_id, content in await self.conn.execute(query):
                 contents[session_id].append(content)
         return contents
+
+    # -- pages and coverage ------------------------------------------------------------
+
+    async def named_positions(self, session_id: str, positions: Sequence[Cursor]) -> list[bool]:
+        """For each ``(created_at, id)``, whether it names a canonical row of ``session_id``:
+        a live row with that ``created_at`` and id, or an archived row with that
+        ``created_at`` and ``original_entry_id``. One statement; each test is an index probe."""
+        if not positions:
+            return []
+        tests = [
+            (
+                exists().where(
+                    live.c.session_id == session_id,
+                    live.c.created_at == created_at,
+                    live.c.id == row_id,
+                )
+                | exists().where(
+                    archive.c.session_id == session_id,
+                    archive.c.created_at == created_at,
+                    archive.c.original_entry_id == row_id,
+                )
+            ).label(f"named_{n}")
+            for n, (created_at, row_id) in enumerate(positions)
+        ]
+        row = (await self.conn.execute(select(*tests))).one()
+        return [bool(value) for value in row]
+
+    async def canonical_window(
+        self,
+        session_id: str,
+        *,
+        limit: int,
+        position: Cursor | None = None,
+        forward: bool = False,
+    ) -> list[TranscriptEntry]:
+        """Up to ``limit`` canonical rows of ``session_id`` in travel order, one statement.
+
+        ``forward``: the oldest rows after ``position`` (from the first row if ``None``),
+        oldest first; otherwise the newest rows before ``position`` (from the last row if
+        ``None``), newest first. ``position`` need not name a row. Each table is read on its
+        own ``(session_id, created_at, id)`` index as a range scan bounded to ``limit`` rows
+        in the travel direction; the two are merged, ordered and cut to ``limit``. One
+        statement is one snapshot, so rows a concurrent compaction moves from the live table
+        to the archive are seen exactly once. Archived rows without ``original_entry_id``
+        (legacy; their generation reports incomplete) are shown with id 0 as in
+        :meth:`list_canonical`, and ordered among same-millisecond rows as each backend
+        sorts ``NULL``.
+        """
+        dialect = self.conn.dialect.name
+        live_rows = select(*read_columns(live, dialect)).where(live.c.session_id == session_id)
+        archive_rows = _archive_as_transcript(session_id, dialect)
+        live_key = (live.c.created_at, live.c.id)
+        archive_key = (archive.c.created_at, archive.c.original_entry_id, archive.c.id)
+        if position is not None:
+            bound = tuple_(*position)
+            if forward:
+                live_rows = live_rows.where(tuple_(*live_key) > bound)
+                archive_rows = archive_rows.where(tuple_(*archive_key[:2]) > bound)
+            else:
+                live_rows = live_rows.where(tuple_(*live_key) < bound)
+                archive_rows = archive_rows.where(tuple_(*archive_key[:2]) < bound)
+        sides = [
+            rows.order_by(*(c.asc() if forward else c.desc() for c in key)).limit(limit)
+            for rows, key in ((live_rows, live_key), (archive_rows, archive_key))
+        ]
+        merged = union_all(*(select(side.subquery()) for side in sides)).subquery("window")
+        order = (merged.c.created_at, merged.c.id)
+        query = (
+            select(merged).order_by(*(c.asc() if forward else c.desc() for c in order)).limit(limit)
+        )
+        return to_models(TranscriptEntry, dialect, await self.conn.execute(query))
+
+    async def coverage(self, session_id: str) -> CanonicalTranscriptCoverage:
+        """Whether the generation ``session_id`` has its whole canonical transcript
+        (docs/semantics.md#pages), from its ``sessions`` row, its summaries and its archived
+        rows, counted in one statement; ``(False, 0, False)`` when no row has that id."""
+        s = sessions.c
+        mine = summaries.c.session_id == session_id
+        archived_here = archive.c.session_id == session_id
+        matching = (
+            select(func.count())
+            .select_from(archive)
+            .where(archived_here, archive.c.compaction_id == summaries.c.compaction_id)
+            .scalar_subquery()
+        )
+        mismatched = (
+            (summaries.c.compaction_id.is_(None))
+            | ((summaries.c.removed_count == 0) & (summaries.c.covered_through_id > 0))
+            | (matching != summaries.c.removed_count)
+        )
+
+        def count(table: Any, *where: ColumnElement[bool]) -> Any:
+            return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+        query = select(
+            case((s.compaction_count > 0, s.compaction_count), else_=0).label("compactions"),
+            s.forked_from_parent,
+            s.schema_version,
+            count(summaries, mine).label("summaries"),
+            select(func.coalesce(func.sum(summaries.c.removed_count), 0))
+            .where(mine)
+            .scalar_subquery()
+            .label("removed"),
+            count(archive, archived_here).label("archived"),
+            count(archive, archived_here, archive.c.original_entry_id.is_(None)).label("unlinked"),
+            count(summaries, mine, mismatched).label("mismatched"),
+        ).where(s.session_id == session_id)
+        row = (await self.conn.execute(query)).first()
+        if row is None:
+            return CanonicalTranscriptCoverage(False, 0, False)
+        compacted = int(row.compactions)
+        forked = bool(row.forked_from_parent)
+        summary_count = int(row.summaries)
+        proven = not forked or int(row.schema_version) >= CANONICAL_FORK_PROOF_SCHEMA_VERSION
+        count_ok = summary_count >= compacted if forked else summary_count == compacted
+        complete = (
+            proven
+            and count_ok
+            and int(row.removed) == int(row.archived)
+            and int(row.unlinked) == 0
+            and int(row.mismatched) == 0
+        )
+        return CanonicalTranscriptCoverage(complete, compacted, forked)
 
 
 @functools.cache
