@@ -47,6 +47,7 @@ from opensquilla.session.transfer.store import TransferStore
 from opensquilla.session.usecases import (
     branching,
     compaction_commit,
+    messages,
     reset,
     retention,
     transcript,
@@ -319,7 +320,19 @@ APPEND_ARGS = (
     "token_count",
     "provenance",
     "turn_context",
+    "message_id",
+    "assistant_message_id",
 )
+# The entry field an append argument ends up in (the rest: the field of the same name).
+APPEND_FIELD = {"provenance": "provenance_kind", "assistant_message_id": "message_id"}
+
+
+def _append_field_check(h: Harness, entry: TranscriptEntry, argument: str, junk: Any) -> Check:
+    """An accepted append argument reads back as given; a provenance mapping, or no message
+    id (a random one), as the entry the append returned has it."""
+    field = APPEND_FIELD.get(argument, argument)
+    derived = argument == "provenance" or (field == "message_id" and junk is None)
+    return _record_field_check(h, field, getattr(entry, field) if derived else junk)
 
 
 def _append_cases() -> list[Case]:
@@ -331,9 +344,7 @@ def _append_cases() -> list[Case]:
             values[argument] = junk
             role, content = values.pop("role"), values.pop("content")
             entry = await h.manager.append_message(h.key, role, content, **values)
-            field = argument if argument != "provenance" else "provenance_kind"
-            expected = junk if argument != "provenance" else getattr(entry, field)
-            return entry, _record_field_check(h, field, expected)
+            return entry, _append_field_check(h, entry, argument, junk)
 
         cases.append(append)
     return cases
@@ -386,6 +397,83 @@ TRANSCRIPT_CASES: list[Case] = [
     branch_status,
     branch_before,
     branch_child_key,
+]
+
+
+# -- SessionManager: single messages ------------------------------------------------------------
+
+
+def _prepare_cases() -> list[Case]:
+    """A prepared message, written by the caller as the contract says, reads back exactly."""
+    cases: list[Case] = []
+    for argument in (*APPEND_ARGS, "session_node"):
+
+        async def prepare(h: Harness, junk: Any, argument: str = argument) -> tuple[Any, Check]:
+            values: dict[str, Any] = {"role": "assistant", "content": "hello"}
+            values[argument] = junk
+            role, content = values.pop("role"), values.pop("content")
+            entry, epoch = await h.manager.prepare_message(h.key, role, content, **values)
+            await h.storage.append_transcript_entry(entry, expected_epoch=epoch)
+            await h.manager.notify_message_appended(entry)
+            if argument == "session_node":
+                return entry, _record_field_check(h, "session_key", None)
+            return entry, _append_field_check(h, entry, argument, junk)
+
+        cases.append(prepare)
+    return cases
+
+
+async def remove_message_id(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.remove_message(h.key, junk), None
+
+
+async def remove_message_key(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.remove_message(junk, h.entries[0].message_id), None
+
+
+async def inject_text(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.inject_message(h.key, junk), None
+
+
+async def inject_provenance(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.inject_message(h.key, "hello", junk), None
+
+
+async def inject_key(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.inject_message(junk, "hello"), None
+
+
+async def rebind_turn_context(h: Harness, junk: Any) -> tuple[Any, Check]:
+    message_id = h.entries[0].message_id
+    changed = await h.manager.update_message_turn_context(h.key, message_id, junk)
+
+    async def check(result: Any) -> None:
+        assert result is True
+        rows = await h.manager.get_canonical_transcript(h.key)
+        [row] = [e for e in rows if e.message_id == message_id]
+        assert same(row.turn_context, junk), (row.turn_context, junk)
+
+    return changed, check
+
+
+async def rebind_message_id(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.update_message_turn_context(h.key, junk, {"k": "v"}), None
+
+
+async def notify_entry(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.notify_message_appended(junk), None
+
+
+MESSAGE_CASES: list[Case] = [
+    *_prepare_cases(),
+    remove_message_id,
+    remove_message_key,
+    inject_text,
+    inject_provenance,
+    inject_key,
+    rebind_turn_context,
+    rebind_message_id,
+    notify_entry,
 ]
 
 
@@ -563,6 +651,19 @@ def _storage_record_cases() -> list[Case]:
             return entry, _record_field_check(h, field, junk)
 
         cases.append(append_entry)
+    for field in _fields(TranscriptEntry, "id", "created_at", "message_id"):
+
+        async def upsert_entry(h: Harness, junk: Any, field: str = field) -> tuple[Any, Check]:
+            """The in-place path: the id of a live row, every other column replaced."""
+            values: dict[str, Any] = {"session_id": h.node.session_id, "session_key": h.key}
+            values.update({"role": "user", "message_id": h.entries[0].message_id, field: junk})
+            entry = TranscriptEntry(**values)
+            await h.storage.upsert_transcript_entry_and_touch(
+                entry, expected_epoch=h.node.epoch, updated_at=1
+            )
+            return entry, _record_field_check(h, field, junk)
+
+        cases.append(upsert_entry)
     for field in _fields(SessionSummary, "id", "compaction_index"):
 
         async def save_summary(h: Harness, junk: Any, field: str = field) -> tuple[Any, Check]:
@@ -599,6 +700,33 @@ def _storage_argument_cases() -> list[Case]:
         ),
         "append_message_delta": lambda h, j: h.storage.append_message_entry(
             entry(h), expected_epoch=h.node.epoch, now=1, token_delta=j
+        ),
+        "upsert_epoch": lambda h, j: h.storage.upsert_transcript_entry_and_touch(
+            entry(h), expected_epoch=j, updated_at=1
+        ),
+        "upsert_updated_at": lambda h, j: h.storage.upsert_transcript_entry_and_touch(
+            entry(h), expected_epoch=h.node.epoch, updated_at=j
+        ),
+        "upsert_delta": lambda h, j: h.storage.upsert_transcript_entry_and_touch(
+            entry(h), expected_epoch=h.node.epoch, updated_at=1, token_delta=j
+        ),
+        "upsert_entry_object": lambda h, j: h.storage.upsert_transcript_entry_and_touch(
+            j, expected_epoch=h.node.epoch, updated_at=1
+        ),
+        "delete_entry_session_id": lambda h, j: h.storage.delete_transcript_entry(
+            j, h.entries[0].message_id
+        ),
+        "delete_entry_message_id": lambda h, j: h.storage.delete_transcript_entry(
+            h.node.session_id, j
+        ),
+        "turn_context_key": lambda h, j: h.storage.update_transcript_turn_context(
+            j, h.entries[0].message_id, {"k": "v"}
+        ),
+        "turn_context_message_id": lambda h, j: h.storage.update_transcript_turn_context(
+            h.key, j, {"k": "v"}
+        ),
+        "turn_context_value": lambda h, j: h.storage.update_transcript_turn_context(
+            h.key, h.entries[0].message_id, j
         ),
         "delete_transcript": lambda h, j: h.storage.delete_transcript(j),
         "delete_summaries": lambda h, j: h.storage.delete_summaries(j),
@@ -706,6 +834,24 @@ def _usecase_cases() -> list[Case]:
             summary=None,
             now=j,
         ),
+        "rewrite_prefix": lambda h, j: compaction_commit.rewrite_compacted_session(
+            h.storage,
+            h.key,
+            **expected(h),
+            expected_live_ids=live_ids(h),
+            expected_prefix=j,
+            archive_count=1,
+            summary=None,
+            now=1,
+        ),
+        "messages_remove_id": lambda h, j: messages.remove_message(h.storage, h.key, j),
+        "messages_remove_key": lambda h, j: messages.remove_message(h.storage, j, "m"),
+        "messages_turn_context": lambda h, j: messages.update_message_turn_context(
+            h.storage, h.key, h.entries[0].message_id, j
+        ),
+        "messages_turn_context_key": lambda h, j: messages.update_message_turn_context(
+            h.storage, j, h.entries[0].message_id, {"k": "v"}
+        ),
         "prune_before": lambda h, j: retention.prune_stale(h.storage, j),
         "prune_batch": lambda h, j: retention.prune_stale(h.storage, 0, batch_size=j),
         "cap_max": lambda h, j: retention.cap_sessions(h.storage, j),
@@ -787,6 +933,11 @@ MANAGER_WRITES = {
     "invalidate_context_states": STATE_AND_RETENTION_CASES,
     "prune_stale": STATE_AND_RETENTION_CASES,
     "cap_entries": STATE_AND_RETENTION_CASES,
+    "remove_message": MESSAGE_CASES,
+    "inject_message": MESSAGE_CASES,
+    "update_message_turn_context": MESSAGE_CASES,
+    "prepare_message": MESSAGE_CASES,  # writes nothing itself: the caller writes the entry
+    "notify_message_appended": MESSAGE_CASES,
 }
 STORAGE_NOT_WRITES = {
     # lifecycle
@@ -839,6 +990,9 @@ STORAGE_WRITES = {
     "save_context_state": "storage_save_state_object",
     "invalidate_context_states": "storage_invalidate_reason",
     "delete_session": "storage_delete_session",
+    "upsert_transcript_entry_and_touch": "upsert_entry",
+    "delete_transcript_entry": "storage_delete_entry_message_id",
+    "update_transcript_turn_context": "storage_turn_context_value",
 }
 # The multi-row operations: functions of ``opensquilla.session.usecases`` that take the
 # storage first. Each write has hostile cases of its own, or is what a manager method (fed
@@ -871,6 +1025,8 @@ USECASE_WRITES = {
     "compaction_commit.rewrite_compacted_session": "usecase_rewrite_summary",
     "retention.prune_stale": "usecase_prune_batch",
     "retention.cap_sessions": "usecase_cap_batch",
+    "messages.remove_message": "usecase_messages_remove_id",
+    "messages.update_message_turn_context": "usecase_messages_turn_context",
 }
 USECASE_BEHIND_MANAGER = {
     "branching.branch": "branch",
@@ -937,6 +1093,14 @@ async def test_session_writes_refuse_hostile_values_or_store_them_exactly(
 @_SETTINGS
 @given(case=st.sampled_from(TRANSCRIPT_CASES), junk=JUNK)
 async def test_transcript_writes_refuse_hostile_values_or_store_them_exactly(
+    manager: SessionManager, storage: SessionStorage, case: Case, junk: Any
+) -> None:
+    await run_case(await prepare(manager, storage), case, junk)
+
+
+@_SETTINGS
+@given(case=st.sampled_from(MESSAGE_CASES), junk=JUNK)
+async def test_message_writes_refuse_hostile_values_or_store_them_exactly(
     manager: SessionManager, storage: SessionStorage, case: Case, junk: Any
 ) -> None:
     await run_case(await prepare(manager, storage), case, junk)

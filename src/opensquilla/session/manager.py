@@ -12,6 +12,7 @@ from typing import Any, Unpack
 
 from .compaction import CompactionConfig, CompactionResult, Summarizer
 from .models import (
+    AssistantMessageReservation,
     CanonicalTranscriptCoverage,
     CanonicalTranscriptPage,
     ContextView,
@@ -27,7 +28,7 @@ from .models import (
 )
 from .models.reports import DeletionPreview, ResetReport
 from .storage import SessionStorage
-from .usecases import branching, context, overview, pages, reads, repair, retention
+from .usecases import branching, context, messages, overview, pages, reads, repair, retention
 from .usecases.compaction import CompactionOptions, Compactor, MutationContext, PersistOptions
 from .usecases.context_view import context_view
 from .usecases.generations import GenerationCache
@@ -189,18 +190,25 @@ class SessionManager:
         token_count: int | None = None,
         provenance: Mapping[str, Any] | None = None,
         turn_context: dict[str, Any] | None = None,
+        message_id: str | None = None,
+        assistant_message_id: str | None = None,
     ) -> TranscriptEntry:
         """Append one message to the current generation and return it (with its ``id``).
 
         The insert, the epoch fence and the session touch commit together. ``token_count``
         is added to ``total_tokens`` only when no ``turn_usage`` is given (usage is then
         accounted elsewhere); ``reasoning_content`` and ``turn_usage`` are kept for the
-        assistant role only.
+        assistant role only. With ``message_id`` (or ``assistant_message_id``, the same id)
+        the append is an upsert (docs/semantics.md#message-id): the live row with that id
+        is replaced in place, keeping its ``id`` and ``created_at``, and tokens are counted
+        only when the row is new.
         """
         return await self._transcripts.append(
             session_key,
             role,
             content,
+            message_id=message_id,
+            assistant_message_id=assistant_message_id,
             tool_calls=tool_calls,
             tool_call_id=tool_call_id,
             reasoning_content=reasoning_content,
@@ -209,6 +217,83 @@ class SessionManager:
             provenance=provenance,
             turn_context=turn_context,
         )
+
+    async def remove_message(self, session_key: str, message_id: str) -> bool:
+        """Delete the current generation's live rows with ``message_id``; ``False`` if none
+        (or no session). Counters and ``updated_at`` are not adjusted."""
+        return await messages.remove_message(self._storage, session_key, message_id)
+
+    async def inject_message(
+        self,
+        session_key: str,
+        message: str,
+        provenance: Mapping[str, Any] | str = "inter_session",
+    ) -> bool:
+        """Append ``message`` as a user message with ``provenance`` (a string is its
+        ``kind``); ``KeyError`` if the session is missing."""
+        return await messages.inject_message(self._transcripts, session_key, message, provenance)
+
+    async def update_message_turn_context(
+        self, session_key: str, message_id: str, turn_context: dict[str, Any] | None
+    ) -> bool:
+        """Rebind the turn context of every live and archived row of the key (every
+        generation) with ``message_id``; ``True`` iff there was one."""
+        return await messages.update_message_turn_context(
+            self._storage, session_key, message_id, turn_context
+        )
+
+    async def prepare_message(
+        self,
+        session_key: str,
+        role: str,
+        content: str | None,
+        *,
+        message_id: str | None = None,
+        assistant_message_id: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        reasoning_content: str | None = None,
+        turn_usage: dict[str, Any] | None = None,
+        turn_context: dict[str, Any] | None = None,
+        token_count: int | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        session_node: SessionNode | None = None,
+    ) -> tuple[TranscriptEntry, int]:
+        """The entry :meth:`append_message` would write and its ``expected_epoch``, writing
+        nothing; ``turn_context=None`` takes the ambient ``current_turn_context``."""
+        return await messages.prepare_message(
+            self._transcripts,
+            self._generations,
+            session_key,
+            role,
+            content,
+            message_id=message_id,
+            assistant_message_id=assistant_message_id,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            reasoning_content=reasoning_content,
+            turn_usage=turn_usage,
+            turn_context=turn_context,
+            token_count=token_count,
+            provenance=provenance,
+            session_node=session_node,
+        )
+
+    @staticmethod
+    def reserve_assistant_message(
+        turn_id: str,
+        assistant_message_id: str,
+        session_key: str,
+        channel_id: str | None = None,
+    ) -> AssistantMessageReservation:
+        """The id the assistant reply of ``turn_id`` will be upserted under; writes nothing."""
+        return messages.reserve_assistant_message(
+            turn_id, assistant_message_id, session_key, channel_id
+        )
+
+    async def notify_message_appended(self, entry: TranscriptEntry) -> None:
+        """Fire the memory-sync callback for an entry the caller wrote itself."""
+        await messages.notify_message_appended(self._transcripts, entry)
 
     async def get_transcript(
         self, session_key: str, limit: int | None = None, offset: int = 0

@@ -8,10 +8,10 @@ value put into one is checked against its column's domain, the same for both bac
 The package's modules: ``enums`` (the string enums), ``checks`` (the value domain: limits,
 field types, ``check_*`` for plain arguments, ``invalid_input``), ``records`` (the
 ``_Record`` base, sessions, summaries, context states), ``messages`` (live and compacted
-transcript entries), ``pages`` (canonical transcript pages and coverage), ``listing``
-(keyset pages of the session listing), ``context_view`` (the prompt's view) and ``snapshot``
-(what a reset archives). Everything is imported from
-here, ``opensquilla.session.models``, as it was before the split.
+transcript entries), ``identity`` (caller-chosen message ids, assistant reservations),
+``pages`` (canonical transcript pages and coverage), ``listing`` (keyset pages of the session
+listing), ``context_view`` (the prompt's view) and ``snapshot`` (what a reset archives).
+Everything is imported from here, ``opensquilla.session.models``, as it was before the split.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from .enums import (
     SessionIntent,
     SessionStatus,
 )
+from .identity import AssistantMessageReservation
 from .listing import SessionListCursor, SessionListPage
 from .messages import CompactedTranscriptEntry, TranscriptEntry
 from .pages import (
@@ -80,6 +81,7 @@ from .snapshot import GenerationSnapshot as GenerationSnapshot
 
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
+    "AssistantMessageReservation",
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
     "ChatType",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 from ..db.uow import Transaction
 from ..errors import (
     StaleEpochError,
@@ -23,6 +25,7 @@ from ..models import (
     check_text,
     check_text_list,
 )
+from ..models.identity import check_turn_context
 from ..models.pages import check_cursor, check_page_size
 from .lifecycle import StorageLifecycle
 
@@ -79,6 +82,57 @@ class HistoryRowOperations(StorageLifecycle):
                 await _raise_stale(tx, entry, expected_epoch)
         entry.id = new_id
         return entry
+
+    # -- single-message operations (docs/semantics.md#message-id) --------------------------
+
+    async def upsert_transcript_entry_and_touch(
+        self,
+        entry: TranscriptEntry,
+        *,
+        expected_epoch: int,
+        updated_at: int,
+        token_delta: int = 0,
+    ) -> bool:
+        """The append by message id, one write transaction: the fence (key, epoch, session
+        id; else ``StaleEpochError`` and nothing written), then the lowest live row of the
+        generation with ``entry.message_id`` replaced in place (all columns but ``id`` and
+        ``created_at``; counters untouched) or ``entry`` inserted (``total_tokens +
+        token_delta``, ``total_tokens_fresh`` false), and ``updated_at`` set either way.
+        ``entry`` gets the row's ``id`` and ``created_at``; ``True`` iff it was inserted."""
+        check_record("entry", entry, TranscriptEntry)
+        check_integer("expected_epoch", expected_epoch)
+        check_millis("updated_at", updated_at)
+        check_integer("token_delta", token_delta)
+        entry.session_key = canonicalize_session_key(entry.session_key)
+        async with self.uow.write() as tx:
+            placed = await tx.transcript.upsert_and_touch(
+                entry, expected_epoch=expected_epoch, now=updated_at, token_delta=token_delta
+            )
+            if placed is None:
+                await _raise_stale(tx, entry, expected_epoch)
+        entry.id, entry.created_at, inserted = placed
+        return inserted
+
+    async def delete_transcript_entry(self, session_id: str, message_id: str) -> bool:
+        """Delete the live rows of generation ``session_id`` carrying ``message_id`` (every
+        duplicate); ``True`` iff there was one. The compacted archive is never touched, and
+        the session's counters and ``updated_at`` are left as they are."""
+        check_text("session_id", session_id, identifier=True)
+        check_text("message_id", message_id, identifier=True)
+        async with self.uow.write() as tx:
+            return await tx.transcript.delete_live_message(session_id, message_id) > 0
+
+    async def update_transcript_turn_context(
+        self, session_key: str, message_id: str, turn_context: dict[str, Any] | None
+    ) -> bool:
+        """Replace ``turn_context`` on every live and archived row stored under exactly
+        ``session_key`` (every generation) with ``message_id``, in one transaction; ``True``
+        iff there was one. The key is used as given (the manager canonicalises it)."""
+        check_text("session_key", session_key, identifier=True)
+        check_text("message_id", message_id, identifier=True)
+        context = check_turn_context(turn_context)
+        async with self.uow.write() as tx:
+            return await tx.transcript.set_turn_context(session_key, message_id, context) > 0
 
     async def get_transcript(
         self, session_id: str, limit: int | None = None, offset: int = 0
@@ -312,7 +366,7 @@ async def _travel(
     return None, False
 
 
-async def _raise_stale(tx: Transaction, entry: TranscriptEntry, expected: int) -> None:
+async def _raise_stale(tx: Transaction, entry: TranscriptEntry, expected: int) -> NoReturn:
     key = entry.session_key
     node = await tx.sessions.get(key)
     if node is None or node.epoch != expected:

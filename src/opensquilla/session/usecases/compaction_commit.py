@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key
 from ..models import (
     SessionContextState,
@@ -56,6 +57,7 @@ async def rewrite_compacted_session(
     expected_session_id: str,
     expected_epoch: int,
     expected_live_ids: Sequence[int],
+    expected_prefix: Sequence[TranscriptEntry] = (),
     archive_count: int,
     summary: SessionSummary | None,
     drop_ids: Sequence[int] = (),
@@ -67,7 +69,12 @@ async def rewrite_compacted_session(
     the compacted archive and deleted (the rest keep their ids), ``drop_ids`` deleted,
     ``new_entries`` appended, the summary's portable context state saved, and
     ``compaction_count + 1`` and ``updated_at`` set: ``True``. Otherwise ``False``, and
-    nothing is written."""
+    nothing is written.
+
+    The preimage: the live rows are still ``expected_live_ids``, and the first of them are
+    still exactly ``expected_prefix`` (the rows the caller's decision read, as it read
+    them): a row can change in place (an upsert by message id, a rebound turn context),
+    and a summary of its old values must not replace it."""
     key = canonicalize_session_key(session_key)
     check_integer("archive_count", archive_count)
     check_millis("now", now)
@@ -80,12 +87,23 @@ async def rewrite_compacted_session(
         check_optional_text("compaction_id", summary.compaction_id, identifier=True)
     for entry in new_entries:
         check_record("new_entries", entry, TranscriptEntry)
+    if not isinstance(expected_prefix, list | tuple):
+        raise InvalidInputError(
+            "expected_prefix must be a list of TranscriptEntry, not "
+            f"{type(expected_prefix).__name__}"
+        )
+    for entry in expected_prefix:
+        check_record("expected_prefix", entry, TranscriptEntry)
     async with storage.uow.write() as tx:
         node = await tx.sessions.get(key, lock="update")
         if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
             return False
         positions = await tx.transcript.live_positions(node.session_id)
         if [row_id for row_id, _ in positions] != list(expected_live_ids):
+            return False
+        if expected_prefix and list(expected_prefix) != await tx.transcript.list_live(
+            node.session_id, limit=len(expected_prefix)
+        ):
             return False
         if summary is not None:
             summary.session_id, summary.session_key = node.session_id, key

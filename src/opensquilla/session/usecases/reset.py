@@ -44,7 +44,9 @@ _RESET_ATTEMPTS = 5
 
 
 def reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
-    """What a reset changes on the session row: a new identity, zero counters."""
+    """What a reset changes on the session row: a new identity, zero counters, the
+    collaboration mode back to ``default`` with no active plan (the model routing mode and
+    its revision are kept)."""
     return {
         "epoch": epoch,
         "session_id": session_id,
@@ -63,6 +65,9 @@ def reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
         "cache_write": 0,
         "context_tokens": None,
         "compaction_count": 0,
+        "collaboration_mode": "default",
+        "collaboration_revision": 0,
+        "active_plan_revision_id": None,
     }
 
 

@@ -22,6 +22,7 @@ from ..models import (
     check_optional_text,
     check_text,
 )
+from ..models.identity import chosen_message_id
 from ..models.reports import DeletionPreview
 from ..storage import SessionStorage
 from ..support.clock import now_ms
@@ -60,6 +61,12 @@ def provenance_values(provenance: object) -> dict[str, Any]:
     return dict(provenance)
 
 
+def token_delta(token_count: int | None, turn_usage: dict[str, Any] | None) -> int:
+    """What an append adds to ``total_tokens``: ``token_count`` when there is no
+    ``turn_usage`` (usage is then accounted elsewhere)."""
+    return token_count if token_count and turn_usage is None else 0
+
+
 class Transcripts:
     """Appending to, reading and truncating the live transcript."""
 
@@ -78,12 +85,56 @@ class Transcripts:
         self._inject_time_prefix = inject_time_prefix
         self._time_prefix_tz = time_prefix_tz
 
+    def message_fields(
+        self,
+        role: str,
+        content: str | None,
+        *,
+        message_id: str | None,
+        assistant_message_id: str | None,
+        tool_calls: list[dict[str, Any]] | None,
+        tool_call_id: str | None,
+        reasoning_content: str | None,
+        turn_usage: dict[str, Any] | None,
+        token_count: int | None,
+        provenance: Mapping[str, Any] | None,
+        turn_context: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The fields of the entry an append writes, but its owner (``session_id``,
+        ``session_key``): the arguments checked, user content time-stamped,
+        ``reasoning_content`` and ``turn_usage`` kept for the assistant role only, the
+        message id chosen (``None`` leaves the entry's random default)."""
+        check_text("role", role, identifier=True, non_empty=True)
+        check_optional_text("content", content)
+        check_optional_integer("token_count", token_count)
+        chosen = chosen_message_id(message_id, assistant_message_id)
+        origin = provenance_values(provenance)
+        if role == "user" and self._inject_time_prefix and isinstance(content, str):
+            content = stamp(content, timezone=self._time_prefix_tz)
+        assistant = role == "assistant"
+        fields: dict[str, Any] = {
+            "role": role,
+            "content": content,
+            "tool_calls": tool_calls,
+            "tool_call_id": tool_call_id,
+            "reasoning_content": reasoning_content if assistant else None,
+            "turn_usage": turn_usage if assistant else None,
+            "turn_context": turn_context,
+            "token_count": token_count,
+            **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
+        }
+        if chosen is not None:
+            fields["message_id"] = chosen
+        return fields
+
     async def append(
         self,
         session_key: str,
         role: str,
         content: str | None,
         *,
+        message_id: str | None,
+        assistant_message_id: str | None,
         tool_calls: list[dict[str, Any]] | None,
         tool_call_id: str | None,
         reasoning_content: str | None,
@@ -94,45 +145,48 @@ class Transcripts:
     ) -> TranscriptEntry:
         """``token_count`` is added to ``total_tokens`` only when no ``turn_usage`` is given
         (usage is then accounted elsewhere); ``reasoning_content`` and ``turn_usage`` are
-        kept for the assistant role only."""
-        check_text("role", role, identifier=True, non_empty=True)
-        check_optional_text("content", content)
-        check_optional_integer("token_count", token_count)
-        origin = provenance_values(provenance)
+        kept for the assistant role only. With a message id (``message_id`` or
+        ``assistant_message_id``) the append is an upsert: the live row of the generation
+        with that id is replaced in place, and only a new row counts its tokens."""
+        fields = self.message_fields(
+            role,
+            content,
+            message_id=message_id,
+            assistant_message_id=assistant_message_id,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            reasoning_content=reasoning_content,
+            turn_usage=turn_usage,
+            token_count=token_count,
+            provenance=provenance,
+            turn_context=turn_context,
+        )
         key = canonicalize_session_key(session_key)
-        if role == "user" and self._inject_time_prefix and isinstance(content, str):
-            content = stamp(content, timezone=self._time_prefix_tz)
-        assistant = role == "assistant"
-        delta = token_count if token_count and turn_usage is None else 0
+        delta = token_delta(token_count, turn_usage)
         while True:
             (session_id, epoch), cached = await self._generations.current(key)
-            entry = TranscriptEntry(  # InvalidInputError names any value out of its domain
-                session_id=session_id,
-                session_key=key,
-                role=role,
-                content=content,
-                tool_calls=tool_calls,
-                tool_call_id=tool_call_id,
-                reasoning_content=reasoning_content if assistant else None,
-                turn_usage=turn_usage if assistant else None,
-                turn_context=turn_context,
-                token_count=token_count,
-                **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
-            )
+            # InvalidInputError names any value out of its domain
+            entry = TranscriptEntry(session_id=session_id, session_key=key, **fields)
             try:
-                await self._storage.append_message_entry(
-                    entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
-                )
+                if "message_id" in fields:
+                    await self._storage.upsert_transcript_entry_and_touch(
+                        entry, expected_epoch=epoch, updated_at=now_ms(), token_delta=delta
+                    )
+                else:
+                    await self._storage.append_message_entry(
+                        entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
+                    )
             except StaleEpochError:
                 self._generations.forget(key)
                 if cached:
                     continue  # our cached generation was old: read the row and try once more
                 raise
             break
-        await self._notify_memory_sync(entry)
+        await self.notify_memory_sync(entry)
         return entry
 
-    async def _notify_memory_sync(self, entry: TranscriptEntry) -> None:
+    async def notify_memory_sync(self, entry: TranscriptEntry) -> None:
+        """Tell the memory-sync callback that ``entry`` was written (its failure is logged)."""
         if self._memory_sync_notify is None:
             return
         size = len((entry.content or "").encode("utf-8"))

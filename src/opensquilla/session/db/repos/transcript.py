@@ -27,6 +27,7 @@ from sqlalchemy import (
     true,
     tuple_,
     union_all,
+    update,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -44,7 +45,13 @@ from ..tables import compacted_transcript_entries as archive
 from ..tables import session_summaries as summaries
 from ..tables import sessions
 from ..tables import transcript_entries as live
-from .fenced_append import INSERT_COLUMNS, INSERT_ENTRY, append_and_touch, bound_row
+from .fenced_append import (
+    INSERT_COLUMNS,
+    INSERT_ENTRY,
+    append_and_touch,
+    bound_row,
+    upsert_and_touch,
+)
 
 LIVE_ORDER = (live.c.created_at.asc(), live.c.id.asc())
 
@@ -312,8 +319,9 @@ class TranscriptRepository:
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def live_positions(self, session_id: str) -> list[tuple[int, int]]:
-        """``(id, created_at)`` of every live row in transcript order: the preimage a compaction
-        compares. Transcript rows are never updated in place, so their ids determine them."""
+        """``(id, created_at)`` of every live row in transcript order: which rows a compaction
+        planned on. A row's values can change in place (an upsert by message id, a new turn
+        context), so the commit also compares the rows it folds (``list_live``)."""
         query = select(live.c.id, live.c.created_at).where(live.c.session_id == session_id)
         rows = await self.conn.execute(query.order_by(*LIVE_ORDER))
         return [(int(row.id), int(row.created_at)) for row in rows]
@@ -601,6 +609,42 @@ class TranscriptRepository:
             and int(row.mismatched) == 0
         )
         return CanonicalTranscriptCoverage(complete, compacted, forked)
+
+    # -- single-message operations ----------------------------------------------------
+
+    async def upsert_and_touch(
+        self, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
+    ) -> tuple[int, int, bool] | None:
+        """The append by message id (see ``upsert_and_touch``): ``(id, created_at,
+        inserted)`` of the row, or ``None`` when the fence refused."""
+        return await self.conn.run_sync(
+            upsert_and_touch,
+            entry,
+            expected_epoch=expected_epoch,
+            now=now,
+            token_delta=token_delta,
+        )
+
+    async def delete_live_message(self, session_id: str, message_id: str) -> int:
+        """Delete every live row of ``session_id`` carrying ``message_id`` (the archive is
+        never touched); how many."""
+        stmt = delete(live).where(live.c.session_id == session_id, live.c.message_id == message_id)
+        return int((await self.conn.execute(stmt)).rowcount)
+
+    async def set_turn_context(
+        self, session_key: str, message_id: str, turn_context: dict[str, Any] | None
+    ) -> int:
+        """Replace ``turn_context`` on every live and archived row of ``session_key`` (all
+        generations) carrying ``message_id``; how many rows."""
+        changed = 0
+        for table in (live, archive):
+            stmt = (
+                update(table)
+                .where(table.c.session_key == session_key, table.c.message_id == message_id)
+                .values(turn_context=turn_context)
+            )
+            changed += int((await self.conn.execute(stmt)).rowcount)
+        return changed
 
 
 @functools.cache
