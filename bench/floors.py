@@ -6,12 +6,14 @@ compared with it, on the same database, schema and durability settings.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiosqlite
 import asyncpg
-from common import MESSAGE, Timings, median_ms, timed
+from common import MESSAGE, Timings, timed
 
 INSERT_COLUMNS = (
     "session_id, session_key, message_id, role, content, tool_calls, tool_call_id, "
@@ -70,27 +72,6 @@ async def sqlite_append(path: str, key: str, session_id: str, n: int, synchronou
         await conn.close()
 
 
-async def sqlite_read(path: str, session_id: str) -> float:
-    conn = await aiosqlite.connect(path)
-    try:
-
-        async def read() -> None:
-            cursor = await conn.execute(
-                "SELECT * FROM transcript_entries WHERE session_id = ? ORDER BY created_at, id",
-                (session_id,),
-            )
-            names = [d[0] for d in cursor.description]
-            json_at = [names.index(c) for c in JSON_COLUMNS]
-            for row in await cursor.fetchall():
-                for index in json_at:
-                    if row[index] is not None:
-                        json.loads(row[index])
-
-        return await median_ms(read, 5)
-    finally:
-        await conn.close()
-
-
 def _pg_dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 
@@ -117,20 +98,46 @@ async def postgres_append(url: str, key: str, session_id: str, n: int) -> Timing
         await conn.close()
 
 
-async def postgres_read(url: str, session_id: str) -> float:
-    conn = await asyncpg.connect(_pg_dsn(url))
+READ = "SELECT * FROM transcript_entries WHERE session_id = {} ORDER BY created_at, id"
+
+
+@contextlib.asynccontextmanager
+async def transcript_reader(
+    target: str, session_id: str
+) -> AsyncIterator[Callable[[], Awaitable[list[Any]]]]:
+    """The floor of our transcript read: the same SELECT (every column, same order) through
+    the bare driver; the rows as the driver returns them, each JSON value decoded (and
+    dropped: the floor builds nothing)."""
+    if target.startswith("postgresql"):
+        pg = await asyncpg.connect(_pg_dsn(target))
+        try:
+
+            async def read_pg() -> list[Any]:
+                rows = await pg.fetch(READ.format("$1"), session_id)
+                for row in rows:
+                    for column in JSON_COLUMNS:
+                        if row[column] is not None:
+                            json.loads(row[column])
+                return rows
+
+            yield read_pg
+        finally:
+            await pg.close()
+        return
+    lite = await aiosqlite.connect(target)
     try:
 
-        async def read() -> None:
-            rows = await conn.fetch(
-                "SELECT * FROM transcript_entries WHERE session_id = $1 ORDER BY created_at, id",
-                session_id,
-            )
+        async def read_sqlite() -> list[Any]:
+            cursor = await lite.execute(READ.format("?"), (session_id,))
+            names = [d[0] for d in cursor.description]
+            json_at = [names.index(c) for c in JSON_COLUMNS]
+            rows = list(await cursor.fetchall())
             for row in rows:
-                for column in JSON_COLUMNS:
-                    if row[column] is not None:
-                        json.loads(row[column])
+                for index in json_at:
+                    if row[index] is not None:
+                        json.loads(row[index])
+            return rows
 
-        return await median_ms(read, 5)
+        yield read_sqlite
     finally:
-        await conn.close()
+        await lite.close()

@@ -11,11 +11,13 @@ Installed from the ``bench`` extra: ``pip install -e '.[bench]'``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from common import MESSAGE, fresh_target, median_ms, timed
+from common import MESSAGE, fresh_target, p50_of, timed
 
 
 def _async_url(target: str) -> str:
@@ -31,9 +33,25 @@ async def openai_sqlite(target: str, n: int) -> dict[str, float]:
     item = {"role": "user", "content": MESSAGE}
     await timed(lambda: session.add_items([item]), min(50, n))
     appends = await timed(lambda: session.add_items([item]), n)
-    read = await median_ms(session.get_items, 3)
+    read = await p50_of(session.get_items, 3)
     session.close()
     return {"append_p50_ms": appends.p50, "read_ms": read, "items": n}
+
+
+@contextlib.asynccontextmanager
+async def openai_reader(target: str, n: int) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
+    """OpenAI Agents ``SQLAlchemySession`` holding ``n`` messages (written in batches, not
+    measured); yields its ``get_items``, the read our transcript read is compared with."""
+    from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+
+    session = SQLAlchemySession.from_url("bench", url=_async_url(target), create_tables=True)
+    item = {"role": "user", "content": MESSAGE}
+    for start in range(0, n, 5000):
+        await session.add_items([item] * min(5000, n - start))
+    try:
+        yield session.get_items
+    finally:
+        await session.engine.dispose()
 
 
 async def openai_sqlalchemy(target: str, n: int) -> dict[str, float]:
@@ -43,7 +61,7 @@ async def openai_sqlalchemy(target: str, n: int) -> dict[str, float]:
     item = {"role": "user", "content": MESSAGE}
     await timed(lambda: session.add_items([item]), min(50, n))
     appends = await timed(lambda: session.add_items([item]), n)
-    read = await median_ms(session.get_items, 3)
+    read = await p50_of(session.get_items, 3)
     await session.engine.dispose()
     return {"append_p50_ms": appends.p50, "read_ms": read}
 
@@ -70,7 +88,7 @@ async def adk(target: str, n: int) -> dict[str, float]:
 
     await timed(one, min(50, n))
     appends = await timed(one, n)
-    read = await median_ms(
+    read = await p50_of(
         lambda: service.get_session(app_name="bench", user_id="u", session_id="s"), 3
     )
     return {"append_p50_ms": appends.p50, "read_ms": read}

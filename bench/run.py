@@ -35,6 +35,9 @@ def sizes(quick: bool) -> dict[str, Any]:
             "appends": 300,
             "prefills": [0, 1_000],
             "reads": [1_000],
+            "read_repeats": 5,
+            "prefills_big": [],
+            "transcript_api": [2_000],
             "compactions": [2_000],
             "forks": [2_000],
             "listings": [1_000],
@@ -46,6 +49,9 @@ def sizes(quick: bool) -> dict[str, Any]:
         "appends": 5_000,
         "prefills": [0, 10_000, 100_000],
         "reads": [1_000, 10_000, 100_000],
+        "read_repeats": 7,
+        "prefills_big": [1_000_000],
+        "transcript_api": [10_000, 100_000, 1_000_000],
         "compactions": [2_000, 20_000],
         "forks": [2_000, 20_000],
         "listings": [1_000, 10_000, 100_000],
@@ -99,13 +105,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         results[f"append_{prefill}_p50_ms"] = timings.p50
         results[f"append_{prefill}_p99_ms"] = timings.p99
         results[f"append_{prefill}_per_s"] = timings.per_second
-    floor_read = floors.sqlite_read if backend == "sqlite" else floors.postgres_read
     for size in plan["reads"]:
-        read = await ours.reads(backend, size)
-        results[f"read_{size}_ms"] = read["live_ms"]
-        results[f"canonical_{size}_ms"] = read["canonical_ms"]
-        results[f"read_{size}_peak_mb"] = read["peak_mb"]
-        results[f"floor_read_{size}_ms"] = await ours.read_floor_fixture(backend, size, floor_read)
+        read = await ours.reads(backend, size, peers=args.peers, repeats=plan["read_repeats"])
+        for name, value in read.items():
+            results[f"read_{size}_{name}"] = value
+    for size in plan["transcript_api"]:
+        api = await ours.transcript_api(backend, size, repeats=21)
+        for name, value in api.items():
+            results[f"api_{size}_{name}"] = value
+    for count in plan["prefills_big"]:
+        results[f"prefill_{count}_half_archived_s"] = await ours.prefill(backend, count, count // 2)
     for size in plan["compactions"]:
         results[f"compact_{size}_ms"] = (await ours.compaction(backend, size))["ms"]
     for size in plan["forks"]:
@@ -138,7 +147,25 @@ def show(report: dict[str, Any]) -> None:
     for name, value in report["results"].items():
         table.add_row(name, f"{value:,.3f}" if isinstance(value, float) else str(value))
     Console().print(table)
+    Console().print(read_table(report["results"]))
     Console().print(f"durability: {report['durability']}")
+
+
+def read_table(results: dict[str, Any]) -> Table:
+    """The read targets at a glance: per-message microseconds (medians of interleaved
+    rounds) of our live transcript read, its driver floor over the same columns, and
+    OpenAI Agents' SQLAlchemySession.get_items (with --peers), and the ratios."""
+    table = Table(title="transcript read, µs per message")
+    columns = ("ours", "floor", "ours/floor", "openai", "ours/openai", "peak MB")
+    keys = ("us_per_msg", "floor_us_per_msg", "vs_floor", "openai_us_per_msg", "vs_openai")
+    table.add_column("entries", justify="right")
+    for column in columns:
+        table.add_column(column, justify="right")
+    sizes = sorted(int(name.split("_")[1]) for name in results if name.endswith("_vs_floor"))
+    for size in sizes:
+        cells = [results.get(f"read_{size}_{key}") for key in (*keys, "peak_mb")]
+        table.add_row(f"{size:,}", *("-" if v is None else f"{v:,.2f}" for v in cells))
+    return table
 
 
 if __name__ == "__main__":

@@ -7,10 +7,23 @@ a model field for field, with no validation: the database already typed every va
 from __future__ import annotations
 
 import functools
+import itertools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, ColumnElement, Float, Select, Table, Text, cast, select, type_coerce
-from sqlalchemy.engine import Result, Row
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    ColumnElement,
+    Float,
+    Select,
+    Table,
+    Text,
+    cast,
+    select,
+    type_coerce,
+)
+from sqlalchemy.engine import CursorResult, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..models import (
@@ -21,6 +34,7 @@ from ..models import (
     TranscriptEntry,
     _Record,
 )
+from ..support.gcpause import gc_paused
 from .tables import (
     TABLES,
     compacted_transcript_entries,
@@ -29,22 +43,23 @@ from .tables import (
     sessions,
     transcript_entries,
 )
-from .types import json_deserializer
+from .types import LosslessText, sqlite_json_value, unescape_text
 
 M = TypeVar("M", bound=_Record)
 
 TRANSCRIPT_COLUMNS: tuple[str, ...] = tuple(c.name for c in transcript_entries.columns)
 
-# Which model a table's rows become (keyed by the table's name, as ``tables.OUR_TABLES``).
+# Which table a model's rows come from, and which model a table's rows become (keyed by
+# the table's name, as ``tables.OUR_TABLES``).
+TABLE_FOR_MODEL: dict[type[_Record], Table] = {
+    SessionNode: sessions,
+    TranscriptEntry: transcript_entries,
+    CompactedTranscriptEntry: compacted_transcript_entries,
+    SessionSummary: session_summaries,
+    SessionContextState: session_context_states,
+}
 MODEL_FOR_TABLE: dict[str, type[_Record]] = {
-    table.name: model
-    for table, model in (
-        (sessions, SessionNode),
-        (transcript_entries, TranscriptEntry),
-        (compacted_transcript_entries, CompactedTranscriptEntry),
-        (session_summaries, SessionSummary),
-        (session_context_states, SessionContextState),
-    )
+    table.name: model for model, table in TABLE_FOR_MODEL.items()
 }
 
 
@@ -60,7 +75,10 @@ def values_of(model: _Record, table: Table, *, without_id: bool = True) -> dict[
 JSON_COLUMNS = frozenset(
     c.name for table in TABLES for c in table.columns if isinstance(c.type, JSON)
 )
-_sqlite_loads = json_deserializer("sqlite")
+
+# Rows are read in partitions of this many: each driver row is dropped once its record is
+# built, so a large read never holds every row twice.
+PARTITION_ROWS = 2000
 
 
 @functools.cache
@@ -84,43 +102,74 @@ def read_columns(table: Table, dialect_name: str) -> tuple[ColumnElement[Any], .
 
 
 def select_rows(table: Table, conn: AsyncConnection) -> Select[Any]:
-    return select(*read_columns(table, conn.dialect.name))
+    """``SELECT`` of :func:`read_columns` (statements are immutable: built once and shared,
+    each ``.where()`` makes a new one)."""
+    return _select_rows(table, conn.dialect.name)
 
 
-def _decoder(keys: tuple[str, ...], dialect_name: str) -> tuple[str, ...]:
+@functools.cache
+def _select_rows(table: Table, dialect_name: str) -> Select[Any]:
+    return select(*read_columns(table, dialect_name))
+
+
+def _json_converters(
+    keys: tuple[str, ...], dialect_name: str
+) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
     if dialect_name != "sqlite":
         return ()
-    return tuple(k for k in keys if k in JSON_COLUMNS)
+    return tuple((k, sqlite_json_value) for k in keys if k in JSON_COLUMNS)
 
 
-def _decode(values: dict[str, Any], json_keys: tuple[str, ...]) -> dict[str, Any]:
-    for key in json_keys:
-        value = values[key]
-        if isinstance(value, str | bytes):
-            values[key] = _sqlite_loads(value)
-    return values
+@functools.cache
+def driver_converters(
+    model: type[_Record], keys: tuple[str, ...], dialect_name: str
+) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """What turns the driver's values of the columns ``keys`` of ``model``'s table into
+    the model's types: SQLAlchemy's result processing for these columns, plus the JSON
+    decoding of :func:`read_columns`' text on SQLite.
+
+    On SQLite: JSON text is decoded and a ``BOOLEAN`` (stored 0/1) becomes a ``bool``. On
+    Postgres: ``LosslessText`` is unescaped (asyncpg has decoded JSON and booleans). Every
+    other column arrives as its model's type. ``tests/storage/test_fast_reads.py`` checks
+    this against SQLAlchemy's own processors, for every table on both backends.
+    """
+    table = TABLE_FOR_MODEL[model]
+    out: list[tuple[str, Callable[[Any], Any]]] = []
+    for key in keys:
+        column = table.c.get(key)
+        if column is None:
+            continue
+        if dialect_name == "sqlite":
+            if isinstance(column.type, JSON):
+                out.append((key, sqlite_json_value))
+            elif isinstance(column.type, Boolean):
+                out.append((key, bool))
+        elif isinstance(column.type, LosslessText):
+            out.append((key, unescape_text))
+    return tuple(out)
 
 
 def to_model(model: type[M], row: Row[Any], dialect_name: str) -> M:
+    """One SQLAlchemy row (already through its result processing) as a model."""
     keys = tuple(row._fields)
-    return model.from_row(_decode(dict(zip(keys, row, strict=True)), _decoder(keys, dialect_name)))
+    return model.from_rows((row,), keys, _json_converters(keys, dialect_name))[0]
 
 
-def to_models(model: type[M], dialect_name: str, result: Result[Any]) -> list[M]:
-    """Every row of ``result`` as a model, in one pass.
+def to_models(model: type[M], dialect_name: str, result: CursorResult[Any]) -> list[M]:
+    """Every row of ``result`` (a ``select_rows``-shaped read of ``model``'s table) as a
+    model, in one pass.
 
-    This is the read hot path (a 100k-entry transcript is 100k models): all rows fetched
-    at once, names looked up once, JSON decoded in place, then every model assembled by
-    :meth:`_Record.from_rows` (no validation: the database typed every value).
+    This is the read hot path (a 100k-entry transcript is 100k models). The rows are
+    taken from the DBAPI cursor as the driver returned them, in partitions, skipping
+    SQLAlchemy's ``Row`` objects and per-column processors; :func:`driver_converters` does
+    the processing these columns need, and :meth:`_Record.from_rows` builds the models
+    (no validation: the database typed every value).
     """
     keys = tuple(result.keys())
-    json_keys = _decoder(keys, dialect_name)
-    values = [dict(zip(keys, row, strict=True)) for row in result.all()]
-    if json_keys:
-        loads = _sqlite_loads
-        for row_values in values:
-            for key in json_keys:
-                value = row_values[key]
-                if value.__class__ is str:
-                    row_values[key] = loads(value)
-    return model.from_rows(values, keys)
+    converters = driver_converters(model, keys, dialect_name)
+    partitions = iter(functools.partial(result.cursor.fetchmany, PARTITION_ROWS), [])
+    try:
+        with gc_paused():
+            return model.from_rows(itertools.chain.from_iterable(partitions), keys, converters)
+    finally:
+        result.close()

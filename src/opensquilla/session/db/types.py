@@ -115,26 +115,50 @@ def json_serializer(dialect_name: str) -> Callable[[Any], str]:
     return dumps_pg
 
 
-def json_deserializer(dialect_name: str) -> Callable[[str | bytes], Any]:
-    """The engine's JSON deserializer.
+_DECODER = json.JSONDecoder()
+
+
+def _loads(text: str | bytes) -> Any:
+    """``json.loads(text)``, in one scan for the common case: a ``str`` that is exactly
+    one JSON value, which is what our serializer writes. Anything else (bytes, surrounding
+    whitespace, trailing data, not JSON at all) goes through ``json.loads`` itself, so the
+    result, or the error, is always that of ``json.loads``."""
+    if text.__class__ is str:
+        try:
+            value, end = _DECODER.raw_decode(text)
+        except ValueError:
+            pass
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)
+
+
+def sqlite_json_value(value: Any) -> Any:
+    """A SQLite JSON column's stored value, decoded: JSON text (``str`` or ``bytes``) as
+    its value, any other stored value as itself.
 
     Legacy SQLite rows may hold text that is not JSON; the older store read such a value as
     ``None`` and so do we (the row itself is never modified).
     """
+    if value.__class__ is not str and value.__class__ is not bytes:
+        return value
+    try:
+        return _loads(value)
+    except ValueError:
+        return None
+
+
+def json_deserializer(dialect_name: str) -> Callable[[str | bytes], Any]:
+    """The engine's JSON deserializer: :func:`sqlite_json_value` on SQLite; on Postgres,
+    ``json.loads`` then the NUL escapes reversed."""
     if dialect_name != "postgresql":
-
-        def loads_sqlite(text: str | bytes) -> Any:
-            try:
-                return json.loads(text)
-            except ValueError:
-                return None
-
-        return loads_sqlite
+        return sqlite_json_value
 
     def loads_pg(text: str | bytes) -> Any:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        value = json.loads(text)
+        value = _loads(text)
         if MARKER in text:
             value = _walk(value, unescape_text)
         return value

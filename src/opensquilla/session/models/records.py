@@ -8,7 +8,7 @@ and ``model_dump`` follow it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -41,6 +41,18 @@ from .checks import (
 from .enums import ChatType, FlushReceiptStatus, QueueMode, SendPolicy, SessionStatus
 
 _set = object.__setattr__
+# The setters of a model instance's ``__dict__`` and of pydantic's three per-instance
+# slots (a slot's own setter is the quickest way to fill it); a KeyError here means
+# pydantic's instance layout changed.
+_SLOT_SETTERS = tuple(
+    vars(BaseModel)[name].__set__
+    for name in (
+        "__dict__",
+        "__pydantic_fields_set__",
+        "__pydantic_extra__",
+        "__pydantic_private__",
+    )
+)
 
 
 class _Record(BaseModel):
@@ -74,34 +86,52 @@ class _Record(BaseModel):
         return copied
 
     @classmethod
-    def from_rows(cls, rows: Iterable[dict[str, Any]], fields: Iterable[str]) -> list[Self]:
-        """One record per complete row whose values the database already typed; every row
-        has exactly the keys ``fields``, and each dict becomes its record's ``__dict__``.
+    def from_rows(
+        cls,
+        rows: Iterable[Sequence[Any]],
+        fields: Sequence[str],
+        converters: Sequence[tuple[str, Callable[[Any], Any]]] = (),
+    ) -> list[Self]:
+        """One record per row, without validation: the read hot path (a 100k-entry
+        transcript is 100k records), and the one place that sets pydantic's per-instance
+        state by hand (``tests/unit/test_fast_records.py`` pins it to pydantic's own).
 
-        No validation and no defaults to fill: what ``model_construct`` does for a full set
-        of fields, without its per-field bookkeeping. This is the read hot path (a
-        100k-entry transcript is 100k records), and the one place that sets pydantic's
-        per-instance state by hand: the fields set is built once and copied per record.
+        Each row holds the values of exactly ``fields`` (every field of the model), in that
+        order, typed as the fields are, except the fields named in ``converters``, whose
+        non-``None`` values are converted first (JSON text, SQLite's 0/1 booleans...).
+        What ``model_construct`` does for a full set of fields, without its per-field
+        bookkeeping: per row, one ``__dict__`` and one object with pydantic's three slots.
+
+        The records of one call share one ``__pydantic_fields_set__`` set. It holds every
+        field, and pydantic only ever adds field names to it (assignment), so it never
+        changes; ``model_copy`` gives each copy its own. A set per record would cost a
+        kilobyte and one more garbage-collected object per row.
         """
+        fields = tuple(fields)
         fields_set = set(fields)
         new = object.__new__
-        setter = _set
+        set_dict, set_fields_set, set_extra, set_private = _SLOT_SETTERS
         out: list[Self] = []
         append = out.append
-        for values in rows:
-            obj = new(cls)
-            setter(obj, "__dict__", values)
-            setter(obj, "__pydantic_fields_set__", fields_set.copy())
-            setter(obj, "__pydantic_extra__", None)
-            setter(obj, "__pydantic_private__", None)
-            append(obj)
+        for row in rows:
+            values = dict(zip(fields, row))  # noqa: B905 (strict=True costs a fifth)
+            for name, convert in converters:
+                value = values[name]
+                if value is not None:
+                    values[name] = convert(value)
+            record = new(cls)
+            set_dict(record, values)
+            set_fields_set(record, fields_set)
+            set_extra(record, None)
+            set_private(record, None)
+            append(record)
         return out
 
     @classmethod
-    def from_row(cls, values: dict[str, Any]) -> Self:
-        """Build from one complete row whose values the database already typed
+    def from_row(cls, values: Mapping[str, Any]) -> Self:
+        """Build from one complete row whose values are already typed, by field name
         (:meth:`from_rows` for a single row)."""
-        return cls.from_rows((values,), values)[0]
+        return cls.from_rows((tuple(values.values()),), tuple(values))[0]
 
 
 class _SessionOwned(_Record):
