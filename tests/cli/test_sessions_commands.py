@@ -73,6 +73,53 @@ def test_show_live_and_canonical(database: str) -> None:
     assert "context states (2)" in text
 
 
+def test_show_pages_the_canonical_transcript(database: str) -> None:
+    """--limit shows the newest page; the printed --before walks back to the first message,
+    every canonical message exactly once, archive included."""
+    seeded = run(seed_rich(database, big=False))
+    canonical = json.loads(
+        cli(database, "sessions", "show", seeded.compacted, "--canonical", "--json").stdout
+    )
+    everything = [entry["id"] for entry in canonical["transcript"]]
+    walked: list[int] = []
+    before: list[str] = []
+    while True:
+        result = cli(
+            database, "sessions", "show", seeded.compacted, "--limit", "2", *before, "--json"
+        )
+        assert result.exit_code == 0, result.output
+        shown = json.loads(result.stdout)
+        assert shown["transcript_view"] == "canonical" and len(shown["transcript"]) <= 2
+        walked[:0] = [entry["id"] for entry in shown["transcript"]]
+        assert shown["page"]["has_more"] is (shown["page"]["older"] is not None)
+        if shown["page"]["older"] is None:
+            break
+        before = ["--before", shown["page"]["older"]]
+    assert walked == everything and len(everything) > 2
+
+    human = cli(database, "sessions", "show", seeded.compacted, "--limit", "1")
+    assert human.exit_code == 0, human.output
+    [last] = [line for line in human.stdout.splitlines() if line.startswith("older: --before ")]
+    again = cli(
+        database,
+        "sessions",
+        "show",
+        seeded.compacted,
+        "--limit",
+        "1",
+        *shlex.split(last.removeprefix("older: ")),
+        "--json",
+    )
+    assert [e["id"] for e in json.loads(again.stdout)["transcript"]] == everything[-2:-1]
+
+
+def test_show_refuses_a_malformed_before(database: str) -> None:
+    seeded = run(seed_rich(database, big=False))
+    result = cli(database, "sessions", "show", seeded.compacted, "--before", "yesterday")
+    assert result.exit_code == 1
+    assert "--before must be <created_at>:<id>" in result.stderr
+
+
 def test_show_the_old_generations_states(database: str) -> None:
     seeded = run(seed_rich(database, big=False))
     shown = json.loads(cli(database, "sessions", "show", seeded.reset, "--json").stdout)

@@ -66,6 +66,22 @@ ListCursor = Annotated[
         help="Start after this session: the <updated_at>:<session_key> a page printed last.",
     ),
 ]
+PageLimit = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        min=1,
+        max=INT64_MAX,
+        help="Show a page of this many messages of the canonical transcript, newest first.",
+    ),
+]
+PageBefore = Annotated[
+    str | None,
+    typer.Option(
+        "--before",
+        help="Page older than this message: the <created_at>:<id> a page printed last.",
+    ),
+]
 AgentFilter = Annotated[str | None, typer.Option("--agent", help="Only this agent.")]
 # ``repair list`` has always shown --agent without help text; kept as it is.
 RepairAgentFilter = Annotated[str | None, typer.Option("--agent")]

@@ -8,8 +8,24 @@ import typer
 
 from ..errors import InvalidInputError, SessionNotFoundError
 from ..models import SessionListCursor, SessionListPage, SessionStatus
-from .options import AgentFilter, Json, Limit, ListCursor, Offset, SessionKey
-from .render.sessions import SESSION, SESSIONS, SessionDetail, SessionPage
+from .options import (
+    AgentFilter,
+    Json,
+    Limit,
+    ListCursor,
+    Offset,
+    PageBefore,
+    PageLimit,
+    SessionKey,
+)
+from .render.sessions import (
+    SESSION,
+    SESSIONS,
+    SessionDetail,
+    SessionPage,
+    TranscriptPageInfo,
+    decode_position,
+)
 from .runtime import dsn, open_manager, run
 
 
@@ -35,10 +51,17 @@ def sessions_show(
     canonical: Annotated[
         bool, typer.Option("--canonical", help="Include the compacted archive.")
     ] = False,
+    limit: PageLimit = None,
+    before: PageBefore = None,
     as_json: Json = False,
 ) -> None:
-    """Show a session: its fields, transcript, summaries and context states."""
-    SESSION.show(run(lambda: _show(dsn(ctx), key, canonical)), as_json)
+    """Show a session: its fields, transcript, summaries and context states. With --limit
+    (and --before), one page of the canonical transcript instead of all of it: when older
+    messages exist, the last line (and "older" in --json) is the --before of the next page."""
+    SESSION.show(run(lambda: _show(dsn(ctx), key, canonical, limit, before)), as_json)
+
+
+DEFAULT_PAGE = 50  # messages per page when only --before is given
 
 
 # -- calls into the library: one per command -------------------------------------------
@@ -75,16 +98,31 @@ async def _list(
         )
 
 
-async def _show(dsn: str, key: str, canonical: bool) -> SessionDetail:
+async def _show(
+    dsn: str, key: str, canonical: bool, limit: int | None, before: str | None
+) -> SessionDetail:
+    """The whole session, or with ``limit``/``before`` one canonical transcript page."""
+    position = decode_position(before) if before is not None else None
     async with open_manager(dsn) as manager:
         node = await manager.get_session(key)
         if node is None:
             raise SessionNotFoundError(f"Session not found: {key}")
-        read = manager.get_canonical_transcript if canonical else manager.get_transcript
+        page: TranscriptPageInfo | None = None
+        if limit is not None or position is not None:
+            found = await manager.get_canonical_transcript_page(
+                node.session_key, limit=limit or DEFAULT_PAGE, before=position
+            )
+            transcript = found.entries
+            page = TranscriptPageInfo(found.has_more, found.canonical_complete)
+        elif canonical:
+            transcript = await manager.get_canonical_transcript(node.session_key)
+        else:
+            transcript = await manager.get_transcript(node.session_key)
         return SessionDetail(
             node=node,
-            canonical=canonical,
-            transcript=await read(node.session_key),
+            canonical=canonical or page is not None,
+            transcript=transcript,
+            page=page,
             summaries=await manager.get_summaries(node.session_key),
             states=await manager.get_context_states(node.session_key, valid_only=False),
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from rich import box
 from rich.table import Table
 
+from ...errors import InvalidInputError
 from ...models import (
     SessionContextState,
     SessionListCursor,
@@ -31,14 +32,50 @@ class SessionPage:
 
 
 @dataclass(frozen=True)
+class TranscriptPageInfo:
+    """What ``sessions show --limit`` says about its page: whether older messages exist
+    and whether the canonical transcript is known to be whole."""
+
+    has_more: bool
+    canonical_complete: bool
+
+
+@dataclass(frozen=True)
 class SessionDetail:
-    """Everything ``sessions show`` reads about one session."""
+    """Everything ``sessions show`` reads about one session (``page``: the transcript is
+    one page of the canonical transcript)."""
 
     node: SessionNode
     canonical: bool
     transcript: list[TranscriptEntry]
     summaries: list[SessionSummary]
     states: list[SessionContextState]
+    page: TranscriptPageInfo | None = None
+
+    @property
+    def older(self) -> str | None:
+        """The ``--before`` of the next (older) page, when there is one."""
+        if self.page is None or not self.page.has_more or not self.transcript:
+            return None
+        return encode_position(self.transcript[0])
+
+
+def encode_position(entry: TranscriptEntry) -> str:
+    """A transcript position as the CLI writes it: ``<created_at>:<id>``."""
+    return f"{entry.created_at}:{entry.id}"
+
+
+def decode_position(text: str) -> tuple[int, int]:
+    """``<created_at>:<id>`` (two integers) as a page cursor."""
+    created_at, sep, row_id = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError(text)
+        return int(created_at), int(row_id)
+    except ValueError:
+        raise InvalidInputError(
+            f"--before must be <created_at>:<id> (two integers), not {text[:80]!r}"
+        ) from None
 
 
 def _print_sessions(page: SessionPage) -> None:
@@ -106,8 +143,13 @@ def _print_session(detail: SessionDetail) -> None:
     out.print(f"[bold]session {field(node.session_key)}[/bold]")
     out.print(fields)
     view = "canonical transcript" if detail.canonical else "live transcript"
+    if detail.page is not None:
+        whole = "" if detail.page.canonical_complete else ", not known to be complete"
+        view = f"canonical transcript page{whole}"
     out.print(f"\n[bold]{view}[/bold] ({len(detail.transcript)} messages)")
     print_transcript(detail.transcript)
+    if detail.older is not None:
+        out.print(f"older: --before {field(detail.older)}")
     out.print(f"\n[bold]summaries[/bold] ({len(detail.summaries)})")
     for summary in detail.summaries:
         out.print(
@@ -142,6 +184,17 @@ SESSION: View[SessionDetail] = View(
         "session": record(detail.node),
         "transcript_view": "canonical" if detail.canonical else "live",
         "transcript": [record(entry) for entry in detail.transcript],
+        **(
+            {
+                "page": {
+                    "has_more": detail.page.has_more,
+                    "older": detail.older,
+                    "canonical_complete": detail.page.canonical_complete,
+                }
+            }
+            if detail.page is not None
+            else {}
+        ),
         "summaries": [record(summary) for summary in detail.summaries],
         "context_states": [record(state) for state in detail.states],
     },
