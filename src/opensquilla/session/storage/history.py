@@ -207,7 +207,7 @@ class HistoryRowOperations(StorageLifecycle):
         if n == 0:
             return []
         async with self.uow.read() as tx:
-            return await tx.transcript.list_recent_live(session_id, n)
+            return await tx.transcript.live_tail(session_id, n)
 
     async def get_canonical_transcript_entry(
         self, session_id: str, message_id: str

@@ -379,19 +379,6 @@ class TranscriptRepository:
     COUNT_CHUNK = 500
     USER_CONTENT_CHUNK = 300
 
-    async def list_recent_live(self, session_id: str, n: int) -> list[TranscriptEntry]:
-        """The newest ``n`` live rows of ``session_id``, oldest first: a backward range
-        scan of ``idx_transcript_session_cursor`` that stops after ``n`` rows."""
-        query = (
-            select_rows(live, self.conn)
-            .where(live.c.session_id == session_id)
-            .order_by(live.c.created_at.desc(), live.c.id.desc())
-            .limit(n)
-        )
-        entries = to_models(TranscriptEntry, self.conn.dialect.name, await self.conn.execute(query))
-        entries.reverse()
-        return entries
-
     async def find_canonical_entry(
         self, session_id: str, message_id: str
     ) -> TranscriptEntry | None:
