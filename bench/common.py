@@ -159,6 +159,20 @@ async def bulk_fill(
             )
     if archived:
         await archive_prefix(storage, key, session_id, archived)
+    await settle(storage)
+
+
+async def settle(storage: SessionStorage) -> None:
+    """What a live database's maintenance would have done after a bulk load: planner
+    statistics (``ANALYZE``) and, on PostgreSQL, the visibility map (``VACUUM``) that
+    index-only scans rely on. Without it a freshly loaded table is read with no statistics."""
+    if storage.engine.dialect.name == "postgresql":
+        async with storage.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(sa.text("VACUUM ANALYZE"))
+    else:
+        async with storage.engine.begin() as conn:
+            await conn.execute(sa.text("ANALYZE"))
 
 
 async def archive_prefix(storage: SessionStorage, key: str, session_id: str, count: int) -> None:
