@@ -7,42 +7,28 @@ rows in that order.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    Integer,
     Select,
-    Text,
-    bindparam,
-    case,
     delete,
-    exists,
     func,
     literal,
-    literal_column,
     select,
-    true,
     tuple_,
-    union_all,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import (
-    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
-    CanonicalTranscriptCoverage,
     CompactedTranscriptEntry,
-    Cursor,
     TranscriptEntry,
 )
-from ..rows import TRANSCRIPT_COLUMNS, read_columns, select_rows, to_models, values_of
-from ..sql import chunks, is_postgres, new_uuid
+from ..rows import TRANSCRIPT_COLUMNS, select_rows, to_models, values_of
+from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
-from ..tables import session_summaries as summaries
 from ..tables import sessions
 from ..tables import transcript_entries as live
 from .fenced_append import (
@@ -52,27 +38,7 @@ from .fenced_append import (
     bound_row,
     upsert_and_touch,
 )
-
-LIVE_ORDER = (live.c.created_at.asc(), live.c.id.asc())
-
-
-def _archive_as_transcript(session_id: str, dialect_name: str) -> Select[Any]:
-    """Archive rows shaped like live rows, ``id`` being the id they had when live."""
-    by_name = {column.key: column for column in read_columns(archive, dialect_name)}
-    columns: list[ColumnElement[Any]] = []
-    for name in TRANSCRIPT_COLUMNS:
-        if name == "id":
-            columns.append(func.coalesce(archive.c.original_entry_id, 0).label("id"))
-        else:
-            columns.append(by_name[name])
-    return select(*columns).where(archive.c.session_id == session_id)
-
-
-def canonical_query(session_id: str, dialect_name: str) -> Any:
-    """The canonical transcript of ``session_id`` as a subquery (archive + live)."""
-    live_rows = select(*read_columns(live, dialect_name)).where(live.c.session_id == session_id)
-    merged = union_all(_archive_as_transcript(session_id, dialect_name), live_rows)
-    return merged.subquery("canonical")
+from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 
 
 def _through(session_id: str, boundary: tuple[int, int]) -> ColumnElement[bool]:
@@ -90,7 +56,7 @@ def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
     return query
 
 
-class TranscriptRepository:
+class TranscriptRepository(TranscriptReads):
     """The live transcript and the compacted archive; bound to one connection, never commits."""
 
     __slots__ = ("conn",)
@@ -373,230 +339,6 @@ class TranscriptRepository:
         for entry in entries:
             entry.id = await self.insert(entry)
 
-    # -- other reads -------------------------------------------------------------------
-
-    # Session ids per statement of the batch reads: each id is one bound parameter.
-    COUNT_CHUNK = 500
-    USER_CONTENT_CHUNK = 300
-
-    async def find_canonical_entry(
-        self, session_id: str, message_id: str
-    ) -> TranscriptEntry | None:
-        """The newest canonical row (archive or live) carrying ``message_id``."""
-        merged = canonical_query(session_id, self.conn.dialect.name)
-        query = (
-            select(merged)
-            .where(merged.c.message_id == message_id)
-            .order_by(merged.c.created_at.desc(), merged.c.id.desc())
-            .limit(1)
-        )
-        found = to_models(TranscriptEntry, self.conn.dialect.name, await self.conn.execute(query))
-        return found[0] if found else None
-
-    async def count_live_batch(self, session_ids: Sequence[str]) -> dict[str, int]:
-        """Live rows per session id, every id of ``session_ids`` present (0 when none);
-        one grouped statement per :attr:`COUNT_CHUNK` ids."""
-        counts = dict.fromkeys(session_ids, 0)
-        for chunk in chunks(list(counts), self.COUNT_CHUNK):
-            query = (
-                select(live.c.session_id, func.count())
-                .where(live.c.session_id.in_(chunk))
-                .group_by(live.c.session_id)
-            )
-            for session_id, count in await self.conn.execute(query):
-                counts[session_id] = int(count)
-        return counts
-
-    async def first_user_contents(
-        self, session_ids: Sequence[str], limit_per_session: int
-    ) -> dict[str, list[str]]:
-        """The contents of the first ``limit_per_session`` live ``user`` rows with
-        non-empty content of each session id, in transcript order, every id present
-        (``[]`` when none); one statement per :attr:`USER_CONTENT_CHUNK` ids, in which each
-        session is one range scan of ``idx_transcript_session_cursor`` that stops at its
-        ``limit_per_session``-th match (:func:`_first_user_rows`)."""
-        contents: dict[str, list[str]] = {session_id: [] for session_id in session_ids}
-        if limit_per_session == 0:
-            return contents
-        postgres = is_postgres(self.conn)
-        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
-            values: dict[str, Any]
-            if postgres:
-                query, values = _first_user_rows(0), {"session_ids": chunk}
-            else:
-                query = _first_user_rows(len(chunk))
-                values = {f"session_id_{n}": session_id for n, session_id in enumerate(chunk)}
-            values["per_session"] = limit_per_session
-            for session_id, content in await self.conn.execute(query, values):
-                contents[session_id].append(content)
-        return contents
-        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
-            firsts = [
-                select(live.c.session_id, live.c.content, live.c.created_at, live.c.id)
-                .where(
-                    live.c.session_id == session_id,
-                    live.c.role == "user",
-                    live.c.content.is_not(None),
-                    live.c.content != "",
-                )
-                .order_by(*LIVE_ORDER)
-                .limit(limit_per_session)
-                .subquery()
-                .select()  # SQLite takes no LIMIT inside a compound SELECT's arm
-                for session_id in chunk
-            ]
-            found = union_all(*firsts).subquery("firsts")
-            query = select(found.c.session_id, found.c.content).order_by(
-                found.c.created_at, found.c.id
-            )
-            for session_id, content in await self.conn.execute(query):
-                contents[session_id].append(content)
-        return contents
-        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
-            rank = func.row_number().over(partition_by=live.c.session_id, order_by=LIVE_ORDER)
-            ranked = (
-                select(live.c.id, rank.label("rank"))
-                .where(
-                    live.c.session_id.in_(chunk),
-                    live.c.role == "user",
-                    live.c.content.is_not(None),
-                    live.c.content != "",
-                )
-                .subquery("ranked")
-            )
-            query = (
-                select(live.c.session_id, live.c.content)
-                .join(ranked, ranked.c.id == live.c.id)
-                .where(ranked.c.rank <= limit_per_session)
-                .order_by(live.c.session_id, *LIVE_ORDER)
-            )
-            for session_id, content in await self.conn.execute(query):
-                contents[session_id].append(content)
-        return contents
-
-    # -- pages and coverage ------------------------------------------------------------
-
-    async def named_positions(self, session_id: str, positions: Sequence[Cursor]) -> list[bool]:
-        """For each ``(created_at, id)``, whether it names a canonical row of ``session_id``:
-        a live row with that ``created_at`` and id, or an archived row with that
-        ``created_at`` and ``original_entry_id``. One statement; each test is an index probe."""
-        if not positions:
-            return []
-        tests = [
-            (
-                exists().where(
-                    live.c.session_id == session_id,
-                    live.c.created_at == created_at,
-                    live.c.id == row_id,
-                )
-                | exists().where(
-                    archive.c.session_id == session_id,
-                    archive.c.created_at == created_at,
-                    archive.c.original_entry_id == row_id,
-                )
-            ).label(f"named_{n}")
-            for n, (created_at, row_id) in enumerate(positions)
-        ]
-        row = (await self.conn.execute(select(*tests))).one()
-        return [bool(value) for value in row]
-
-    async def canonical_window(
-        self,
-        session_id: str,
-        *,
-        limit: int,
-        position: Cursor | None = None,
-        forward: bool = False,
-    ) -> list[TranscriptEntry]:
-        """Up to ``limit`` canonical rows of ``session_id`` in travel order, one statement.
-
-        ``forward``: the oldest rows after ``position`` (from the first row if ``None``),
-        oldest first; otherwise the newest rows before ``position`` (from the last row if
-        ``None``), newest first. ``position`` need not name a row. Each table is read on its
-        own ``(session_id, created_at, id)`` index as a range scan bounded to ``limit`` rows
-        in the travel direction; the two are merged, ordered and cut to ``limit``. One
-        statement is one snapshot, so rows a concurrent compaction moves from the live table
-        to the archive are seen exactly once. Archived rows without ``original_entry_id``
-        (legacy; their generation reports incomplete) are shown with id 0 as in
-        :meth:`list_canonical`, and ordered among same-millisecond rows as each backend
-        sorts ``NULL``.
-        """
-        dialect = self.conn.dialect.name
-        live_rows = select(*read_columns(live, dialect)).where(live.c.session_id == session_id)
-        archive_rows = _archive_as_transcript(session_id, dialect)
-        live_key = (live.c.created_at, live.c.id)
-        archive_key = (archive.c.created_at, archive.c.original_entry_id, archive.c.id)
-        if position is not None:
-            bound = tuple_(*position)
-            if forward:
-                live_rows = live_rows.where(tuple_(*live_key) > bound)
-                archive_rows = archive_rows.where(tuple_(*archive_key[:2]) > bound)
-            else:
-                live_rows = live_rows.where(tuple_(*live_key) < bound)
-                archive_rows = archive_rows.where(tuple_(*archive_key[:2]) < bound)
-        sides = [
-            rows.order_by(*(c.asc() if forward else c.desc() for c in key)).limit(limit)
-            for rows, key in ((live_rows, live_key), (archive_rows, archive_key))
-        ]
-        merged = union_all(*(select(side.subquery()) for side in sides)).subquery("window")
-        order = (merged.c.created_at, merged.c.id)
-        query = (
-            select(merged).order_by(*(c.asc() if forward else c.desc() for c in order)).limit(limit)
-        )
-        return to_models(TranscriptEntry, dialect, await self.conn.execute(query))
-
-    async def coverage(self, session_id: str) -> CanonicalTranscriptCoverage:
-        """Whether the generation ``session_id`` has its whole canonical transcript
-        (docs/semantics.md#pages), from its ``sessions`` row, its summaries and its archived
-        rows, counted in one statement; ``(False, 0, False)`` when no row has that id."""
-        s = sessions.c
-        mine = summaries.c.session_id == session_id
-        archived_here = archive.c.session_id == session_id
-        matching = (
-            select(func.count())
-            .select_from(archive)
-            .where(archived_here, archive.c.compaction_id == summaries.c.compaction_id)
-            .scalar_subquery()
-        )
-        mismatched = (
-            (summaries.c.compaction_id.is_(None))
-            | ((summaries.c.removed_count == 0) & (summaries.c.covered_through_id > 0))
-            | (matching != summaries.c.removed_count)
-        )
-
-        def count(table: Any, *where: ColumnElement[bool]) -> Any:
-            return select(func.count()).select_from(table).where(*where).scalar_subquery()
-
-        query = select(
-            case((s.compaction_count > 0, s.compaction_count), else_=0).label("compactions"),
-            s.forked_from_parent,
-            s.schema_version,
-            count(summaries, mine).label("summaries"),
-            select(func.coalesce(func.sum(summaries.c.removed_count), 0))
-            .where(mine)
-            .scalar_subquery()
-            .label("removed"),
-            count(archive, archived_here).label("archived"),
-            count(archive, archived_here, archive.c.original_entry_id.is_(None)).label("unlinked"),
-            count(summaries, mine, mismatched).label("mismatched"),
-        ).where(s.session_id == session_id)
-        row = (await self.conn.execute(query)).first()
-        if row is None:
-            return CanonicalTranscriptCoverage(False, 0, False)
-        compacted = int(row.compactions)
-        forked = bool(row.forked_from_parent)
-        summary_count = int(row.summaries)
-        proven = not forked or int(row.schema_version) >= CANONICAL_FORK_PROOF_SCHEMA_VERSION
-        count_ok = summary_count >= compacted if forked else summary_count == compacted
-        complete = (
-            proven
-            and count_ok
-            and int(row.removed) == int(row.archived)
-            and int(row.unlinked) == 0
-            and int(row.mismatched) == 0
-        )
-        return CanonicalTranscriptCoverage(complete, compacted, forked)
-
     # -- single-message operations ----------------------------------------------------
 
     async def upsert_and_touch(
@@ -632,50 +374,6 @@ class TranscriptRepository:
             )
             changed += int((await self.conn.execute(stmt)).rowcount)
         return changed
-
-
-@functools.cache
-def _first_user_rows(arms: int) -> Select[Any]:
-    """``(session_id, content)`` of the first ``:per_session`` live user rows with
-    non-empty content of each wanted session, in transcript order (built once per shape).
-
-    ``arms=0`` (PostgreSQL): the ids are one array parameter ``:session_ids``, each joined
-    ``LATERAL`` to its limited scan. Otherwise (SQLite, which has no ``LATERAL``): a
-    ``UNION ALL`` of ``arms`` limited scans, on ``:session_id_0`` ... (two parameters
-    an arm: the constants are written inline, so 300 arms stay under the 999 parameters
-    of SQLite before 3.32). A ``ROW_NUMBER`` window would rank every user row of every
-    session before keeping the first few.
-    """
-    per_session = bindparam("per_session", type_=Integer)
-
-    def firsts(session_id: Any) -> Select[Any]:
-        return (
-            select(live.c.session_id, live.c.content, live.c.created_at, live.c.id)
-            .where(
-                live.c.session_id == session_id,
-                live.c.role == literal_column("'user'"),
-                live.c.content.is_not(None),
-                live.c.content != literal_column("''"),
-            )
-            .order_by(*LIVE_ORDER)
-            .limit(per_session)
-        )
-
-    if arms == 0:
-        wanted = func.unnest(bindparam("session_ids", type_=postgresql.ARRAY(Text)))
-        ids = wanted.table_valued("session_id").render_derived(name="wanted")
-        found = firsts(ids.c.session_id).lateral("firsts")
-        return (
-            select(found.c.session_id, found.c.content)
-            .select_from(ids.join(found, true()))
-            .order_by(found.c.created_at, found.c.id)
-        )
-    # SQLite takes no LIMIT in a compound SELECT's arm: each is wrapped in a subquery.
-    scans = [
-        firsts(bindparam(f"session_id_{n}", type_=Text)).subquery().select() for n in range(arms)
-    ]
-    merged = union_all(*scans).subquery("firsts")
-    return select(merged.c.session_id, merged.c.content).order_by(merged.c.created_at, merged.c.id)
 
 
 __all__ = ["TranscriptRepository", "canonical_query"]
