@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, Text, func
 from sqlalchemy import cast as sql_cast
@@ -42,7 +42,10 @@ async def lock_key(conn: AsyncConnection, key: str) -> None:
         await conn.execute(func.pg_advisory_xact_lock(func.hashtextextended(key, 0)).select())
 
 
-def chunks(values: Sequence[str], size: int) -> list[list[str]]:
+T = TypeVar("T")
+
+
+def chunks(values: Sequence[T], size: int) -> list[list[T]]:
     """``values`` in runs of at most ``size``: the parameter lists of a batch read, one
     statement each (SQLite bounds the parameters of a statement)."""
     return [list(values[start : start + size]) for start in range(0, len(values), size)]

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from ...models.reports import ColumnKind, SessionRows, TableLayout
-from ..sql import is_postgres
+from ..sql import chunks, is_postgres
 from ..tables import CHILD_TABLES, sessions
 from ..tables import TABLES as _ALL
 from .sessions import insert_if_absent
@@ -63,11 +63,6 @@ def _advance_statement(table_names: tuple[str, ...]) -> Select[Any]:
 
 # Ids per statement in the look-ups below: well under both drivers' parameter limits.
 _LOOKUP_CHUNK = 2000
-
-
-def _chunks(values: Sequence[Any]) -> Iterable[list[Any]]:
-    for start in range(0, len(values), _LOOKUP_CHUNK):
-        yield list(values[start : start + _LOOKUP_CHUNK])
 
 
 class TransferRepository:
@@ -144,7 +139,7 @@ class TransferRepository:
         its row is stored under. An index probe per id (the primary key)."""
         table = TABLES[table_name]
         found: dict[int, str] = {}
-        for chunk in _chunks(sorted(set(ids))):
+        for chunk in chunks(sorted(set(ids)), _LOOKUP_CHUNK):
             query = select(table.c.id, table.c.session_key).where(table.c.id.in_(chunk))
             for row in await self.conn.execute(query):
                 found[int(row.id)] = str(row.session_key)
@@ -155,7 +150,7 @@ class TransferRepository:
         generation of a session or on rows stored under a key (every table has an index on
         ``session_id``, since the unique constraint on ``sessions`` has one too)."""
         holders: dict[str, set[str]] = {}
-        for chunk in _chunks(sorted(set(session_ids))):
+        for chunk in chunks(sorted(set(session_ids)), _LOOKUP_CHUNK):
             for table in TABLES.values():
                 query = (
                     select(table.c.session_id, table.c.session_key)
