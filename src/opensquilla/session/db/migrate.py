@@ -2,9 +2,17 @@
 
 The one migration history is the top-level ``alembic/`` directory; a built wheel carries the
 same scripts as ``opensquilla/session/_alembic``. Every run happens on one connection inside
-one transaction that first takes the migration lock: a Postgres advisory lock, or SQLite's
-write lock (``BEGIN IMMEDIATE``). Several workers starting at once therefore migrate once; the
-others wait, then find the schema at head.
+one lock: on SQLite its write lock (``BEGIN IMMEDIATE``, the whole run one transaction); on
+PostgreSQL a session-level advisory lock held by the migrating connection, so that a revision
+may build an index ``CONCURRENTLY`` in Alembic's autocommit block without giving the lock up
+(the run is otherwise one transaction too). Several workers starting at once therefore migrate
+once; the others wait, then find the schema at head.
+
+Rolling deploys (docs/migrations.md#rolling-deploys): a revision may declare
+``expand_only = True`` (it only adds what older code ignores). Each such revision is recorded
+in ``session_schema_revisions`` as it is applied, and a package whose newest revision is older
+than the database's runs against it unchanged when every revision in between is recorded as
+expand-only; otherwise :func:`ensure_head` refuses with a message naming the revision.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alembic import command
 
@@ -81,10 +89,26 @@ def head_revisions() -> tuple[str, ...]:
     return tuple(script_directory().get_heads())
 
 
+# The PostgreSQL search objects of revision 0003, which the metadata does not declare: a
+# column and indexes only one backend has (SQLite's FTS5 tables are not ours to compare).
+SEARCH_OBJECTS = frozenset(
+    {
+        "search_vector",
+        "ix_transcript_entries_search_vector",
+        "ix_transcript_entries_content_trgm",
+        "ix_compacted_transcript_entries_search_vector",
+        "ix_compacted_transcript_entries_content_trgm",
+    }
+)
+
+
 def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
-    """Only our five tables: the rest of opensquilla keeps its own tables in the same file."""
+    """Only our five tables: the rest of opensquilla keeps its own tables in the same file.
+    The search objects of revision 0003 are not modelled (they belong to one backend each)."""
+    if name in SEARCH_OBJECTS:
+        return False
     if type_ == "table":
         return name in OUR_TABLES
     table = getattr(obj, "table", None)
@@ -168,17 +192,45 @@ def context_options(dialect_name: str) -> dict[str, Any]:
         "include_object": include_object,
         "compare_type": compare_type,
         "process_revision_directives": _drop_sqlite_pk_nullability,
+        "on_version_apply": record_revision_policy,
     }
+
+
+# How long a waiting worker sleeps between tries of the Postgres migration lock.
+LOCK_POLL_SECONDS = 0.2
 
 
 async def _run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
     async with _one_migration_per_process(), translated_errors(), engine.connect() as conn:
-        if engine.dialect.name == "sqlite":
+        if engine.dialect.name != "postgresql":
             await conn.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
-        async with conn.begin():
-            if engine.dialect.name == "postgresql":
-                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
+            async with conn.begin():
+                return await conn.run_sync(fn)
+        await _take_postgres_lock(conn)
+        try:
+            # No transaction around the run: Alembic opens one (env.py), and a revision's
+            # autocommit block may commit it to build an index CONCURRENTLY.
             return await conn.run_sync(fn)
+        finally:
+            if conn.in_transaction():
+                await conn.rollback()
+            await conn.execute(sa.select(sa.func.pg_advisory_unlock(MIGRATION_LOCK_KEY)))
+            await conn.commit()
+
+
+async def _take_postgres_lock(conn: AsyncConnection) -> None:
+    """Take the session-level migration lock, trying rather than waiting in the server.
+
+    A worker blocked inside ``pg_advisory_lock`` would hold a snapshot the whole time, and
+    ``CREATE INDEX CONCURRENTLY`` in the migrating worker waits for every older snapshot to
+    end: the two would wait for each other. Between tries no transaction is open.
+    """
+    while True:
+        got = await conn.scalar(sa.select(sa.func.pg_try_advisory_lock(MIGRATION_LOCK_KEY)))
+        await conn.commit()
+        if got:
+            return
+        await asyncio.sleep(LOCK_POLL_SECONDS)
 
 
 def _current_sync(connection: Connection) -> tuple[str, ...]:
@@ -241,11 +293,8 @@ async def ensure_head(engine: AsyncEngine) -> bool:
         return False
     unknown = current - {rev.revision for rev in script_directory().walk_revisions()}
     if unknown:
-        raise MigrationError(
-            f"the database is at revision {', '.join(sorted(unknown))}, which this version of "
-            "opensquilla-session does not know (it was migrated by a newer version); "
-            "upgrade the package"
-        )
+        await _accept_newer_schema(engine, sorted(unknown), heads)
+        return False
     log.info(
         "migrating database schema to %s",
         ", ".join(sorted(heads)),
@@ -253,6 +302,103 @@ async def ensure_head(engine: AsyncEngine) -> bool:
     )
     await upgrade(engine, "head")
     return True
+
+
+# -- rolling deploys -----------------------------------------------------------------------
+
+POLICY_TABLE = "session_schema_revisions"
+_policy = sa.table(
+    POLICY_TABLE,
+    sa.column("revision", sa.Text()),
+    sa.column("down_revision", sa.Text()),
+    sa.column("expand_only", sa.Boolean()),
+)
+
+
+def record_revision_policy(ctx: MigrationContext, step: Any, **_: Any) -> None:
+    """Alembic ``on_version_apply`` hook: keep ``session_schema_revisions`` in step with the
+    revisions that declare ``expand_only``. An upgrade records the revision (creating the
+    table with the first one); a downgrade forgets it (dropping the table with the last one).
+    Offline scripts record nothing, so a release older than the script's revisions refuses
+    such a database: the policy fails closed."""
+    connection = ctx.connection
+    if connection is None or ctx.as_sql or step.is_stamp:
+        return
+    revision = step.up_revision_id
+    script = script_directory().get_revision(revision) if revision is not None else None
+    expand_only = getattr(getattr(script, "module", None), "expand_only", None)
+    if script is None or expand_only is None:
+        return
+    inspector = sa.inspect(connection)
+    exists = inspector.has_table(POLICY_TABLE)
+    if step.is_upgrade:
+        if not exists:
+            connection.execute(
+                sa.text(
+                    f"CREATE TABLE {POLICY_TABLE} (revision VARCHAR(64) PRIMARY KEY, "
+                    "down_revision VARCHAR(64), expand_only BOOLEAN NOT NULL)"
+                )
+            )
+        connection.execute(sa.delete(_policy).where(_policy.c.revision == script.revision))
+        down = script.down_revision
+        connection.execute(
+            sa.insert(_policy).values(
+                revision=script.revision,
+                down_revision=down if isinstance(down, str) else None,
+                expand_only=bool(expand_only),
+            )
+        )
+    elif exists:
+        connection.execute(sa.delete(_policy).where(_policy.c.revision == script.revision))
+        if connection.scalar(sa.select(sa.func.count()).select_from(_policy)) == 0:
+            connection.execute(sa.text(f"DROP TABLE {POLICY_TABLE}"))
+
+
+def _newer_revisions_sync(connection: Connection) -> dict[str, tuple[str | None, bool]] | None:
+    if not sa.inspect(connection).has_table(POLICY_TABLE):
+        return None
+    rows = connection.execute(
+        sa.select(_policy.c.revision, _policy.c.down_revision, _policy.c.expand_only)
+    )
+    return {revision: (down, bool(expand)) for revision, down, expand in rows}
+
+
+async def _accept_newer_schema(engine: AsyncEngine, unknown: list[str], heads: set[str]) -> None:
+    """Run against a database migrated by a newer release when every revision between it
+    and our head is recorded as expand-only; else refuse, naming the reason."""
+    async with translated_errors(), engine.connect() as conn:
+        recorded = await conn.run_sync(_newer_revisions_sync)
+    at = ", ".join(unknown)
+    base = (
+        f"the database is at revision {at}, newer than this version of opensquilla-session "
+        f"(its newest revision is {', '.join(sorted(heads))})"
+    )
+    for revision in unknown:
+        walked = revision
+        while walked not in heads:
+            entry = (recorded or {}).get(walked)
+            if entry is None:
+                raise MigrationError(
+                    f"{base}, and revision {walked} is not recorded as expand-only; "
+                    "upgrade the package (a release older than the schema may run against it "
+                    "only when every newer revision is expand-only, "
+                    "docs/migrations.md#rolling-deploys)"
+                )
+            down, expand_only = entry
+            if not expand_only:
+                raise MigrationError(
+                    f"{base}, and revision {walked} is not expand-only (it changes what this "
+                    "version reads or writes); upgrade the package"
+                )
+            if down is None:
+                raise MigrationError(f"{base}, which does not descend from it; upgrade the package")
+            walked = down
+    log.warning(
+        "%s; every revision in between is expand-only, so this version runs against it "
+        "unchanged (upgrade the package to use what they add)",
+        base,
+        extra={"operation": "migrate"},
+    )
 
 
 @dataclass(frozen=True)
