@@ -909,6 +909,10 @@ MANAGER_READS = {
     "read_transcript",
     "count_transcript_entries_batch",
     "list_user_transcript_content_batch",
+    "search",
+    "search_transcript",
+    "search_transcript_like",
+    "search_sessions_by_title",
 }
 MANAGER_WRITES = {
     "create": SESSION_CASES,
@@ -967,6 +971,11 @@ STORAGE_NOT_WRITES = {
     "get_canonical_transcript_entry",
     "count_transcript_entries_batch",
     "list_user_transcript_content_batch",
+    "search_words",
+    "search_substrings",
+    "search_transcript",
+    "search_transcript_like",
+    "search_sessions_by_title",
 }
 # Whole-session import and copy write through the transfer store, below the storage:
 # ``TransferStore.insert`` (what ``insert_session_rows`` was) checks every value of a block
@@ -1015,6 +1024,9 @@ USECASE_READS = {
     "reads.read_transcript",
     "reads.count_by_key",
     "reads.user_content_by_key",
+    "search.search",
+    "search.words",
+    "search.substrings",
     "pages.canonical_page",
     "pages.coverage",
 }

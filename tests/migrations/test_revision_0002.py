@@ -260,7 +260,7 @@ async def test_upgrade_to_0002_never_rebuilds_sessions(
 
     async with unmigrated(empty_database) as storage:
         sa.event.listen(storage.engine.sync_engine, "before_cursor_execute", record)
-        await migrate.upgrade(storage.engine, "head")
+        await migrate.upgrade(storage.engine, "0002")
         sa.event.remove(storage.engine.sync_engine, "before_cursor_execute", record)
         assert (await migrate.check(storage.engine)).drift == ()
 

@@ -152,8 +152,14 @@ class Templates:
             try:
                 template.rows = {}
                 for table in TABLES:
+                    # search_vector is the database's own (its trigger fills it on copy).
                     records = await conn.fetch(f"SELECT * FROM {table}")
-                    columns = list(records[0].keys()) if records else []
+                    columns = (
+                        [c for c in records[0].keys() if c != "search_vector"]  # noqa: SIM118 (a Record iterates values)
+                        if records
+                        else []
+                    )
+                    records = [[r[c] for c in columns] for r in records]
                     template.rows[table] = (columns, [tuple(r) for r in records])
                 template.sequences = []
                 for table in TABLES[1:]:

@@ -194,6 +194,15 @@ def _ping_on_checkout(engine: AsyncEngine) -> None:
             raise DisconnectionError(f"connection lost: {type(exc).__name__}") from exc
 
 
+SQLITE_LOWER_FUNCTION = "py_lower"
+"""Unicode lowercasing for substring search (SQLite's ``lower()`` folds ASCII only); the
+older store registers the same function under the same name."""
+
+
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
 def _sqlite_engine(
     target: StorageTarget,
     synchronous: SqliteSynchronous,
@@ -235,6 +244,7 @@ def _sqlite_engine(
         finally:
             cursor.close()
         dbapi_connection.create_function(SQLITE_UUID_FUNCTION, 0, _uuid4, deterministic=False)
+        dbapi_connection.create_function(SQLITE_LOWER_FUNCTION, 1, _lower, deterministic=True)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:

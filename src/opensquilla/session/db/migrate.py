@@ -318,38 +318,37 @@ _policy = sa.table(
 def record_revision_policy(ctx: MigrationContext, step: Any, **_: Any) -> None:
     """Alembic ``on_version_apply`` hook: keep ``session_schema_revisions`` in step with the
     revisions that declare ``expand_only``. An upgrade records the revision (creating the
-    table with the first one); a downgrade forgets it (dropping the table with the last one).
-    Offline scripts record nothing, so a release older than the script's revisions refuses
-    such a database: the policy fails closed."""
-    connection = ctx.connection
-    if connection is None or ctx.as_sql or step.is_stamp:
+    table with the first one); a downgrade forgets it (dropping the table with the last one
+    when online). Offline scripts write the same statements."""
+    if step.is_stamp:
         return
-    revision = step.up_revision_id
-    script = script_directory().get_revision(revision) if revision is not None else None
+    script = script_directory().get_revision(step.up_revision_id)
     expand_only = getattr(getattr(script, "module", None), "expand_only", None)
     if script is None or expand_only is None:
         return
-    inspector = sa.inspect(connection)
-    exists = inspector.has_table(POLICY_TABLE)
+    forget = sa.delete(_policy).where(_policy.c.revision == script.revision)
     if step.is_upgrade:
-        if not exists:
-            connection.execute(
-                sa.text(
-                    f"CREATE TABLE {POLICY_TABLE} (revision VARCHAR(64) PRIMARY KEY, "
-                    "down_revision VARCHAR(64), expand_only BOOLEAN NOT NULL)"
-                )
+        ctx.impl.execute(
+            sa.text(
+                f"CREATE TABLE IF NOT EXISTS {POLICY_TABLE} (revision VARCHAR(64) PRIMARY KEY, "
+                "down_revision VARCHAR(64), expand_only BOOLEAN NOT NULL)"
             )
-        connection.execute(sa.delete(_policy).where(_policy.c.revision == script.revision))
+        )
+        ctx.impl.execute(forget)
         down = script.down_revision
-        connection.execute(
+        ctx.impl.execute(
             sa.insert(_policy).values(
                 revision=script.revision,
                 down_revision=down if isinstance(down, str) else None,
                 expand_only=bool(expand_only),
             )
         )
-    elif exists:
-        connection.execute(sa.delete(_policy).where(_policy.c.revision == script.revision))
+        return
+    connection = ctx.connection
+    if ctx.as_sql or connection is None:
+        ctx.impl.execute(forget)
+    elif sa.inspect(connection).has_table(POLICY_TABLE):
+        connection.execute(forget)
         if connection.scalar(sa.select(sa.func.count()).select_from(_policy)) == 0:
             connection.execute(sa.text(f"DROP TABLE {POLICY_TABLE}"))
 

@@ -34,6 +34,7 @@ from .engine import BEGIN_OPTION
 from .errors import translated_errors
 from .repos.context_states import ContextStateRepository
 from .repos.overview import OverviewRepository
+from .repos.search import SearchRepository
 from .repos.sessions import SessionRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
@@ -43,7 +44,7 @@ from .repos.transfer import TransferRepository
 class Transaction:
     """The repositories of one unit of work, bound to its connection."""
 
-    __slots__ = ("overview", "rows", "sessions", "states", "summaries", "transcript")
+    __slots__ = ("overview", "rows", "search", "sessions", "states", "summaries", "transcript")
 
     def __init__(self, conn: AsyncConnection) -> None:
         self.sessions = SessionRepository(conn)
@@ -52,6 +53,7 @@ class Transaction:
         self.states = ContextStateRepository(conn)
         self.overview = OverviewRepository(conn)
         self.rows = TransferRepository(conn)
+        self.search = SearchRepository(conn)
 
 
 class UnitOfWork:

@@ -15,10 +15,13 @@ from __future__ import annotations
 from ..errors import StaleEpochError
 from .history import HistoryRowOperations
 from .lifecycle import StorageLifecycle, StorageNotConnectedError
+from .search import SearchOperations
 from .sessions import SessionRowOperations
 
 
-class SessionStorage(SessionRowOperations, HistoryRowOperations, StorageLifecycle):
+class SessionStorage(
+    SessionRowOperations, HistoryRowOperations, SearchOperations, StorageLifecycle
+):
     """The durable store: SQLite (``":memory:"``, a path) or PostgreSQL (a URL)."""
 
 

@@ -1,0 +1,228 @@
+"""Search statements over the transcript, its archive and session titles (docs/search.md).
+
+The objects they use are revision 0003's: on SQLite the FTS5 tables ``transcript_fts`` and
+``compacted_transcript_fts`` (``bm25`` ranks, ``snippet()`` marks); on PostgreSQL the
+``search_vector`` column of the live table and the ``transcript_search_vector(content)``
+expression of the archive (``ts_rank``), and the trigram indexes that serve ``ILIKE``.
+Terms arrive already shaped by ``models/search.py``.
+"""
+
+# ruff: noqa: S608 (table names come from _FTS; every value is a bound parameter)
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ...models import SessionNode
+from ...models.search import SearchHit, escape_like, substring_snippet, word_snippet
+from ..rows import select_rows, to_models
+from ..sql import is_postgres
+from ..tables import compacted_transcript_entries as archive
+from ..tables import sessions
+from ..tables import transcript_entries as live
+from ..types import MARKER
+
+_HIT_COLUMNS = ("session_key", "session_id", "message_id", "role", "created_at")
+TITLE_FIELDS = ("display_name", "derived_title", "subject", "label")
+
+# SQLite: FTS5 table -> content table (``bm25`` is lower-better; we report its negation).
+_FTS = {
+    False: ("transcript_fts", "transcript_entries"),
+    True: ("compacted_transcript_fts", "compacted_transcript_entries"),
+}
+
+
+def _sqlite_word_statement(archived: bool, session_id: str | None, window: int | None) -> Any:
+    fts, table = _FTS[archived]
+    row_id = "e.original_entry_id" if archived else "e.id"
+    scope = " AND e.session_id = :session_id" if session_id is not None else ""
+    candidates = (
+        f"SELECT {fts}.rowid AS rowid, bm25({fts}) AS score FROM {fts} "
+        f"JOIN {table} e ON e.id = {fts}.rowid WHERE {fts} MATCH :query{scope}"
+    )
+    if window is not None:
+        candidates += f" ORDER BY {fts}.rowid DESC LIMIT :window"
+    best = f"SELECT rowid FROM ({candidates}) ORDER BY score, rowid DESC LIMIT :limit"
+    return text(
+        f"SELECT coalesce({row_id}, 0) AS id, e.session_key, e.session_id, e.message_id, "
+        f"e.role, e.created_at, e.content, "
+        f"snippet({fts}, 0, '>>>', '<<<', '...', 48) AS snippet, "
+        f"-bm25({fts}) AS rank FROM {fts} JOIN {table} e ON e.id = {fts}.rowid "
+        f"WHERE {fts} MATCH :query AND {fts}.rowid IN ({best}) ORDER BY rank DESC, e.id DESC"
+    )
+
+
+def _pg_words(table: Table) -> ColumnElement[Any]:
+    if table is live:
+        return literal_column("transcript_entries.search_vector")
+    return func.transcript_search_vector(table.c.content)
+
+
+def _pg_term(term: str) -> str:
+    """A substring term as PostgreSQL stores text holding NUL (db/types.py): only such a
+    text can contain one, and its backslashes are doubled there."""
+    if "\x00" not in term:
+        return term
+    return term.replace(MARKER, "").replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+class SearchRepository:
+    """Word, substring and title search statements on one connection."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def words(
+        self,
+        terms: list[str],
+        *,
+        archived: bool,
+        session_id: str | None,
+        window: int | None,
+        limit: int,
+    ) -> list[SearchHit]:
+        """Rows of the live table (or the archive) holding every term as a word, best first;
+        the best ``limit`` of the newest ``window`` matches (``None``: of every match)."""
+        if is_postgres(self.conn):
+            return await self._pg_words(terms, archived, session_id, window, limit)
+        statement = _sqlite_word_statement(archived, session_id, window)
+        values: dict[str, Any] = {
+            "query": " ".join(f'"{term}"' for term in terms),
+            "limit": limit,
+        }
+        if session_id is not None:
+            values["session_id"] = session_id
+        if window is not None:
+            values["window"] = window
+        rows = await self.conn.execute(statement, values)
+        return [
+            SearchHit(
+                id=row.id,
+                session_key=row.session_key,
+                session_id=row.session_id,
+                message_id=row.message_id,
+                role=row.role,
+                created_at=row.created_at,
+                # FTS5's snippet stops at a NUL character; such a text gets ours.
+                snippet=(
+                    word_snippet(row.content, terms)
+                    if row.content is not None and "\x00" in row.content
+                    else row.snippet or ""
+                ),
+                archived=archived,
+                rank=float(row.rank),
+            )
+            for row in rows
+        ]
+
+    async def _pg_words(
+        self,
+        terms: list[str],
+        archived: bool,
+        session_id: str | None,
+        window: int | None,
+        limit: int,
+    ) -> list[SearchHit]:
+        table = archive if archived else live
+        words = _pg_words(table)
+        query = func.plainto_tsquery(literal_column("'simple'"), bindparam("query"))
+        candidates = select(table.c.id).where(words.op("@@")(query))
+        if session_id is not None:
+            candidates = candidates.where(table.c.session_id == session_id)
+        if window is not None:
+            candidates = candidates.order_by(table.c.id.desc()).limit(window)
+        found = candidates.subquery("found")
+        rank = func.ts_rank(words, query).label("rank")
+        statement = (
+            select(*_hit_columns(table), table.c.content, rank)
+            .join(found, found.c.id == table.c.id)
+            .order_by(rank.desc(), table.c.id.desc())
+            .limit(limit)
+        )
+        rows = await self.conn.execute(statement, {"query": " ".join(terms)})
+        return [
+            _hit(row, word_snippet(row.content, terms), archived, float(row.rank)) for row in rows
+        ]
+
+    async def substrings(
+        self,
+        terms: list[str],
+        *,
+        fold: bool,
+        archived: bool,
+        session_id: str | None,
+        limit: int,
+    ) -> list[SearchHit]:
+        """Rows of the live table (or the archive) containing every term, newest written
+        first; ``fold``: compare Unicode-lowercased text (SQLite; PostgreSQL's ``ILIKE``
+        always folds)."""
+        table = archive if archived else live
+        statement: Select[Any] = select(*_hit_columns(table), table.c.content)
+        statement = statement.where(*self._contains_all(table.c.content, terms, fold))
+        if session_id is not None:
+            statement = statement.where(table.c.session_id == session_id)
+        statement = statement.order_by(table.c.id.desc()).limit(limit)
+        rows = await self.conn.execute(statement)
+        first = terms[0] if terms else ""
+        return [_hit(row, substring_snippet(row.content, first), archived, None) for row in rows]
+
+    async def titles(self, terms: list[str], *, fold: bool, limit: int) -> list[SessionNode]:
+        """Sessions where every term is in one of :data:`TITLE_FIELDS`, newest activity
+        first."""
+        conditions = [
+            or_(*(self._contains(sessions.c[field], term, fold) for field in TITLE_FIELDS))
+            for term in terms
+        ]
+        query = (
+            select_rows(sessions, self.conn)
+            .where(and_(*conditions))
+            .order_by(sessions.c.updated_at.desc(), sessions.c.session_key.desc())
+            .limit(limit)
+        )
+        return to_models(SessionNode, self.conn.dialect.name, await self.conn.execute(query))
+
+    def _contains_all(
+        self, column: ColumnElement[Any], terms: list[str], fold: bool
+    ) -> list[ColumnElement[bool]]:
+        return [self._contains(column, term, fold) for term in terms]
+
+    def _contains(self, column: ColumnElement[Any], term: str, fold: bool) -> ColumnElement[bool]:
+        if is_postgres(self.conn):
+            return column.ilike(escape_like(_pg_term(term)), escape="\\")
+        target = func.py_lower(column) if fold else column
+        return target.like(escape_like(term), escape="\\")
+
+
+def _hit_columns(table: Table) -> list[ColumnElement[Any]]:
+    row_id = (
+        func.coalesce(table.c.original_entry_id, 0).label("id") if table is archive else table.c.id
+    )
+    return [row_id, *(table.c[name] for name in _HIT_COLUMNS)]
+
+
+def _hit(row: Any, snippet: str, archived: bool, rank: float | None) -> SearchHit:
+    return SearchHit(
+        id=row.id,
+        session_key=row.session_key,
+        session_id=row.session_id,
+        message_id=row.message_id,
+        role=row.role,
+        created_at=row.created_at,
+        snippet=snippet,
+        archived=archived,
+        rank=rank,
+    )

@@ -1,0 +1,160 @@
+"""Rolling deploys (docs/migrations.md#rolling-deploys): the previous release, run for real,
+against a database a newer release has already upgraded.
+
+"The previous release" is the repository at the newest commit without the search revision
+(0003): its ``src`` and ``alembic`` are taken out of git into a temporary directory and run
+in a subprocess whose ``PYTHONPATH`` puts them before the installed package. Before 0003 is
+committed that commit is ``HEAD``. A checkout without git history cannot run this test; it
+fails (CI clones the repository whole).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from opensquilla.session import SessionManager
+from opensquilla.session.db import migrate
+from opensquilla.session.storage import SessionStorage
+
+REPO = Path(__file__).resolve().parents[2]
+NEW_REVISION = "alembic/versions/20261130_0003_transcript_search.py"
+
+OLD_RELEASE_SCRIPT = r"""
+import asyncio, json, logging, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+import opensquilla.session as package
+from opensquilla.session import SessionManager
+from opensquilla.session.db import migrate
+from opensquilla.session.storage import SessionStorage
+
+async def main(target):
+    storage = SessionStorage(target)
+    try:
+        await storage.connect()
+    except Exception as exc:
+        print(json.dumps({"refused": f"{type(exc).__name__}: {exc}"}))
+        return
+    try:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.append_message("agent:main:rolling", "user", "written by the old release")
+        entries = await manager.get_transcript("agent:main:rolling")
+        print(json.dumps({
+            "package": package.__file__,
+            "heads": list(migrate.head_revisions()),
+            "current": list(await migrate.current_revisions(storage.engine)),
+            "contents": [entry.content for entry in entries],
+        }))
+    finally:
+        await storage.close()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def _previous_release(tmp_path: Path) -> Path:
+    """The repository's ``src`` and ``alembic`` at the newest commit without 0003."""
+    log = subprocess.run(
+        ["git", "-C", str(REPO), "log", "--diff-filter=A", "--format=%H", "--", NEW_REVISION],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert log.returncode == 0, f"this test needs the git history of {REPO}: {log.stderr}"
+    added = log.stdout.split()
+    commit = f"{added[-1]}^" if added else "HEAD"
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "src", "alembic"],
+        capture_output=True,
+        check=False,
+    )
+    assert archive.returncode == 0, archive.stderr.decode()
+    release = tmp_path / "previous-release"
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(release, filter="data")
+    assert not (release / NEW_REVISION).exists()
+    return release
+
+
+def _run_previous(release: Path, target: str) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(release / "src")}
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_RELEASE_SCRIPT, target],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["stderr"] = done.stderr
+    return result
+
+
+async def _seed(target: str) -> None:
+    async with SessionStorage(target) as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.create("agent:main:rolling")
+        await manager.append_message("agent:main:rolling", "user", "written by the new release")
+
+
+def test_the_previous_release_runs_against_a_database_at_the_new_head(
+    database: str, tmp_path: Path
+) -> None:
+    """0003 is expand-only: the previous release connects without migrating anything (it
+    logs that the database is newer), writes, reads, and what it wrote is searchable by the
+    new release, because the database keeps the search objects current itself."""
+    release = _previous_release(tmp_path)
+    asyncio.run(_seed(database))
+
+    result = _run_previous(release, database)
+
+    assert "refused" not in result, result
+    assert str(release) in str(result["package"])
+    assert "0003" not in result["heads"]  # type: ignore[operator]
+    assert result["current"] == ["0003"]
+    assert result["contents"] == ["written by the new release", "written by the old release"]
+    assert "expand-only" in str(result["stderr"])
+
+    async def search() -> list[str]:
+        async with SessionStorage(database) as storage:
+            hits = await storage.search_transcript("old release")
+            return [hit["snippet"] for hit in hits]
+
+    (snippet,) = asyncio.run(search())
+    assert snippet.startswith("written by the >>>old<<< ")
+
+
+@pytest.mark.parametrize("record", ["not-expand-only", "missing"])
+def test_the_previous_release_refuses_a_newer_schema_it_cannot_trust(
+    database: str, tmp_path: Path, record: str
+) -> None:
+    """Without a record that every newer revision is expand-only, the previous release
+    refuses to run, naming the revision, and changes nothing."""
+    release = _previous_release(tmp_path)
+
+    async def tamper() -> None:
+        async with SessionStorage(database) as storage, storage.engine.begin() as conn:
+            table = sa.table(migrate.POLICY_TABLE, sa.column("revision"), sa.column("expand_only"))
+            if record == "missing":
+                await conn.execute(sa.delete(table))
+            else:
+                await conn.execute(sa.update(table).values(expand_only=False))
+
+    asyncio.run(tamper())
+    result = _run_previous(release, database)
+
+    refusal = str(result.get("refused"))
+    assert refusal.startswith("MigrationError"), result
+    assert "revision 0003" in refusal
+    assert "expand-only" in refusal
