@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -236,3 +237,24 @@ async def test_new_rows_continue_the_old_ids_and_feed_the_fts_index(legacy: Fixt
         ]
         assert hits == [entry.id]
         assert _sequence(db)["transcript_entries"] == entry.id
+
+
+async def test_existing_rows_are_searchable_after_adoption(legacy: Fixture) -> None:
+    """Rows the older store wrote are found by word and by substring once adopted."""
+    check = legacy.manifest["spot_checks"][0]
+    with _sqlite(legacy.path) as db:
+        row_id, content = db.execute(
+            "SELECT id, content FROM transcript_entries WHERE session_id = ? "
+            "AND content IS NOT NULL ORDER BY id LIMIT 1",
+            (check["session_id"],),
+        ).fetchone()
+    word = max(re.findall(r"[A-Za-z0-9]+", content), key=len)
+
+    async with SessionStorage(legacy.path) as storage:
+        assert await migrate.current_revisions(storage.engine) == migrate.head_revisions()
+        words = await storage.search_transcript(
+            word, check["session_id"], limit=10_000, rank_window=None
+        )
+        assert row_id in [hit["id"] for hit in words]
+        like = await storage.search_transcript_like(word, check["session_id"], limit=10_000)
+        assert row_id in [hit["id"] for hit in like]

@@ -6,7 +6,7 @@ A ``session_key`` narrows a search to the key's current generation (a missing ke
 
 from __future__ import annotations
 
-from ..models import SessionNode, check_flag, check_optional_text
+from ..models import INT64_MAX, SessionNode, check_flag, check_integer, check_optional_text
 from ..models.search import RANK_WINDOW, SearchHit, SearchResults, picks_words
 from ..storage import SessionStorage
 from .generations import GenerationCache
@@ -69,6 +69,7 @@ async def search(
     """Title matches (unless narrowed to one session), then message hits by the path the
     query needs (:func:`picks_words`): at most one hit per session, none from a session
     among the title matches, at most ``limit`` of each."""
+    limit = check_integer("limit", limit, minimum=0, maximum=INT64_MAX)
     path = "words" if isinstance(query, str) and picks_words(query) else "substring"
     found = words if path == "words" else substrings
     titles: list[SessionNode] = []
@@ -81,7 +82,7 @@ async def search(
         query,
         session_key=session_key,
         include_archived=include_archived,
-        limit=limit * 5 if session_key is None else limit,
+        limit=min(limit * 5, INT64_MAX) if session_key is None else limit,
     )
     if session_key is not None:
         return SearchResults(path=path, sessions=[], messages=hits[:limit])

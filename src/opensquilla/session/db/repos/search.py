@@ -36,6 +36,9 @@ from ..tables import sessions
 from ..tables import transcript_entries as live
 from ..types import MARKER
 
+# PostgreSQL's longest word in a tsvector; plainto_tsquery drops longer ones.
+PG_MAX_WORD_BYTES = 2047
+
 _HIT_COLUMNS = ("session_key", "session_id", "message_id", "role", "created_at")
 TITLE_FIELDS = ("display_name", "derived_title", "subject", "label")
 
@@ -137,6 +140,8 @@ class SearchRepository:
         window: int | None,
         limit: int,
     ) -> list[SearchHit]:
+        if any(len(term.encode()) > PG_MAX_WORD_BYTES for term in terms):
+            return []  # no tsvector holds such a word (plainto_tsquery would drop it)
         table = archive if archived else live
         words = _pg_words(table)
         query = func.plainto_tsquery(literal_column("'simple'"), bindparam("query"))
@@ -203,8 +208,17 @@ class SearchRepository:
     def _contains(self, column: ColumnElement[Any], term: str, fold: bool) -> ColumnElement[bool]:
         if is_postgres(self.conn):
             return column.ilike(escape_like(_pg_term(term)), escape="\\")
-        target = func.py_lower(column) if fold else column
-        return target.like(escape_like(term), escape="\\")
+        # instr(), not LIKE: SQLite's LIKE stops at a NUL character and refuses patterns
+        # over 50,000 bytes. Case: Unicode folding with py_lower, else ASCII (as LIKE's),
+        # and none needed for a term without ASCII letters.
+        target: ColumnElement[Any]
+        if fold:
+            target = func.py_lower(column)
+        elif any(char.isascii() and char.isalpha() for char in term):
+            target = func.lower(column)
+        else:
+            target = column
+        return func.instr(target, term) > 0
 
 
 def _hit_columns(table: Table) -> list[ColumnElement[Any]]:
