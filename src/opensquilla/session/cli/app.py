@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from . import db, demo, operations, repair, sessions, stats, transfer
+from . import db, demo, operations, repair, search, sessions, stats, transfer
 from .options import Dsn, Verbose
 from .runtime import Options, configure_logging, stop_logging
 
@@ -44,6 +44,7 @@ db_app.command("history")(db.db_history)
 
 sessions_app.command("list")(sessions.sessions_list)
 sessions_app.command("show")(sessions.sessions_show)
+app.command("search")(search.search)
 
 app.command("compact")(operations.compact)
 app.command("reset")(operations.reset)
