@@ -39,9 +39,7 @@ async def test_a_worker_waiting_for_the_migration_lock_holds_no_snapshot(
     monkeypatch.setattr(migrate.asyncio, "sleep", observed_sleep)
     async with SessionStorage(database) as holder, SessionStorage(database) as waiter:
         async with holder.engine.connect() as lock_conn:
-            await lock_conn.execute(
-                sa.select(sa.func.pg_advisory_lock(migrate.MIGRATION_LOCK_KEY))
-            )
+            await lock_conn.execute(sa.select(sa.func.pg_advisory_lock(migrate.MIGRATION_LOCK_KEY)))
             await lock_conn.commit()
             holder_pid = await lock_conn.scalar(sa.select(sa.func.pg_backend_pid()))
 
