@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import SessionNode, check_integer, check_optional_text, check_text
+from ..models import SessionNode, check_flag, check_integer, check_optional_text, check_text
 from ..models.checks import INT64_MAX
 from ..models.search import (
     RANK_WINDOW,
@@ -25,6 +25,11 @@ def _check(query: object, limit: object, session_id: object) -> tuple[str, int, 
     scope = check_optional_text("session_id", session_id)
     # Upstream filters by session only when the id is truthy.
     return checked, count, scope or None
+
+
+def _tables(include_archived: object) -> tuple[bool, ...]:
+    """The ``archived`` flag of each table a search reads: live, and the archive on request."""
+    return (False, True) if check_flag("include_archived", include_archived) else (False,)
 
 
 def _merge(hits: list[list[SearchHit]], key: Any, limit: int) -> list[SearchHit]:
@@ -73,7 +78,7 @@ class SearchOperations(StorageLifecycle):
                     window=rank_window,
                     limit=limit,
                 )
-                for archived in ((False, True) if include_archived else (False,))
+                for archived in _tables(include_archived)
             ]
         return _merge(found, _best_first, limit)
 
@@ -98,7 +103,7 @@ class SearchOperations(StorageLifecycle):
                 await tx.search.substrings(
                     terms, fold=fold, archived=archived, session_id=session_id, limit=limit
                 )
-                for archived in ((False, True) if include_archived else (False,))
+                for archived in _tables(include_archived)
             ]
         return _merge(found, _newest_first, limit)
 

@@ -28,7 +28,13 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionNode
-from ...models.search import SearchHit, escape_like, substring_snippet, word_snippet
+from ...models.search import (
+    SearchHit,
+    escape_like,
+    sanitize_fts_query,
+    substring_snippet,
+    word_snippet,
+)
 from ..rows import select_rows, to_models
 from ..sql import is_postgres
 from ..tables import compacted_transcript_entries as archive
@@ -103,32 +109,17 @@ class SearchRepository:
         if is_postgres(self.conn):
             return await self._pg_words(terms, archived, session_id, window, limit)
         statement = _sqlite_word_statement(archived, session_id, window)
-        values: dict[str, Any] = {
-            "query": " ".join(f'"{term}"' for term in terms),
-            "limit": limit,
-        }
+        values: dict[str, Any] = {"query": sanitize_fts_query(" ".join(terms)), "limit": limit}
         if session_id is not None:
             values["session_id"] = session_id
         if window is not None:
             values["window"] = window
         rows = await self.conn.execute(statement, values)
         return [
-            SearchHit(
-                id=row.id,
-                session_key=row.session_key,
-                session_id=row.session_id,
-                message_id=row.message_id,
-                role=row.role,
-                created_at=row.created_at,
-                # FTS5's snippet stops at a NUL character; such a text gets ours.
-                snippet=(
-                    word_snippet(row.content, terms)
-                    if row.content is not None and "\x00" in row.content
-                    else row.snippet or ""
-                ),
-                archived=archived,
-                rank=float(row.rank),
-            )
+            # FTS5's snippet stops at a NUL character; such a text gets ours.
+            _hit(row, word_snippet(row.content, terms), archived, float(row.rank))
+            if row.content is not None and "\x00" in row.content
+            else _hit(row, row.snippet or "", archived, float(row.rank))
             for row in rows
         ]
 
