@@ -56,23 +56,32 @@ _FTS = {
 
 
 def _sqlite_word_statement(archived: bool, session_id: str | None, window: int | None) -> Any:
+    """One FTS5 statement: the matches (the newest ``window`` of them when given), each with
+    its ``bm25`` and ``snippet()``, the best ``limit`` of those.
+
+    With a window, the snippets are made inside the windowed subquery (at most ``window`` of
+    them): an outer ``MATCH ... AND rowid IN (...)`` would walk every match of a common word
+    again, since FTS5 does not take the rowid list. Without one, the best ``limit`` rowids
+    are found first and only their snippets made."""
     fts, table = _FTS[archived]
     row_id = "e.original_entry_id" if archived else "e.id"
     scope = " AND e.session_id = :session_id" if session_id is not None else ""
-    candidates = (
-        f"SELECT {fts}.rowid AS rowid, bm25({fts}) AS score FROM {fts} "
-        f"JOIN {table} e ON e.id = {fts}.rowid WHERE {fts} MATCH :query{scope}"
+    hit = (
+        f"coalesce({row_id}, 0) AS id, e.id AS row_id, e.session_key, e.session_id, "
+        f"e.message_id, e.role, e.created_at, e.content, "
+        f"snippet({fts}, 0, '>>>', '<<<', '...', 48) AS snippet, -bm25({fts}) AS rank "
+        f"FROM {fts} JOIN {table} e ON e.id = {fts}.rowid WHERE {fts} MATCH :query"
     )
     if window is not None:
-        candidates += f" ORDER BY {fts}.rowid DESC LIMIT :window"
-    best = f"SELECT rowid FROM ({candidates}) ORDER BY score, rowid DESC LIMIT :limit"
-    return text(
-        f"SELECT coalesce({row_id}, 0) AS id, e.session_key, e.session_id, e.message_id, "
-        f"e.role, e.created_at, e.content, "
-        f"snippet({fts}, 0, '>>>', '<<<', '...', 48) AS snippet, "
-        f"-bm25({fts}) AS rank FROM {fts} JOIN {table} e ON e.id = {fts}.rowid "
-        f"WHERE {fts} MATCH :query AND {fts}.rowid IN ({best}) ORDER BY rank DESC, e.id DESC"
+        return text(
+            f"SELECT * FROM (SELECT {hit}{scope} ORDER BY {fts}.rowid DESC LIMIT :window) "
+            "ORDER BY rank DESC, row_id DESC LIMIT :limit"
+        )
+    best = (
+        f"SELECT {fts}.rowid FROM {fts} JOIN {table} e ON e.id = {fts}.rowid "
+        f"WHERE {fts} MATCH :query{scope} ORDER BY bm25({fts}), {fts}.rowid DESC LIMIT :limit"
     )
+    return text(f"SELECT {hit} AND {fts}.rowid IN ({best}) ORDER BY rank DESC, e.id DESC")
 
 
 def _pg_words(table: Table) -> ColumnElement[Any]:
