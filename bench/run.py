@@ -22,6 +22,7 @@ from typing import Any
 
 import floors
 import ours
+import search
 from common import fresh_target
 from rich.console import Console
 from rich.table import Table
@@ -86,6 +87,7 @@ async def floor_append(backend: str, n: int) -> dict[str, Any]:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     backend = args.backend
     plan = sizes(args.quick)
+    plan.update(search.plan(args.quick))
     report: dict[str, Any] = {
         "backend": backend,
         "quick": args.quick,
@@ -129,6 +131,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     results["writers_1_per_s"] = one
     results["writers_8_per_s"] = eight
     results["writers_8_vs_1"] = eight / one
+    results.update(await search.run(backend, plan))
     if args.peers:
         import peers
 
