@@ -207,7 +207,7 @@ async def test_failing_model_falls_back(manager: SessionManager) -> None:
         assert endpoint.requests, failure
         assert result.removed_count == 2, failure
         assert result.summary_source == "fallback", failure
-        assert "[Summary of 1 messages]\n  [user]: turn 0" in result.summary
+        assert "[Summary of 2 messages]\n  [user]: turn 0\n  [user]: turn 1" in result.summary
         (row,) = await manager.get_summaries(key)
         assert row.summary_source == "fallback"
 

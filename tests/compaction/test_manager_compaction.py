@@ -18,7 +18,15 @@ import pytest
 from sqlalchemy import event
 
 from opensquilla.session import SessionIntent, SessionManager, SessionStorage
-from opensquilla.session.compaction import CompactionConfig
+from opensquilla.session.cli.demo import DEMO_WINDOW_TOKENS
+from opensquilla.session.compaction import (
+    CompactionConfig,
+    entry_dict,
+    entry_tokens,
+    estimate_tokens,
+)
+from opensquilla.session.compaction.fallback import IDENTIFIER_INSTRUCTION
+from tests.cli.support import append_script
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:work"
@@ -466,17 +474,71 @@ async def test_given_summarizer_is_used_for_every_chunk(manager: SessionManager)
     assert row.summary_text.count("condensed by the model") == 6
 
 
-async def test_failing_summarizer_falls_back_per_chunk(manager: SessionManager) -> None:
+async def test_failing_summarizer_falls_back_to_one_summary(manager: SessionManager) -> None:
+    """Every chunk failed: one fallback summary of all 18 removed messages, not six."""
     await manager.create(KEY)
     await fill(manager, 20)
     broken = BrokenSummarizer(None)
 
     result = await manager.compact_with_result(KEY, 1000, summarizer=broken)
 
-    assert broken.calls == 6
+    assert broken.calls == result.chunks_processed == 6
     assert result.removed_count == 18
     assert result.summary_source == "fallback"
-    assert "[Summary of 3 messages]" in result.summary
+    assert "[Summary of 18 messages]" in result.summary
+    assert "--- Part" not in result.summary
+    assert result.summary.count(IDENTIFIER_INSTRUCTION) == 1
+
+
+def _ratio(result: Any, removed: Sequence[Any]) -> float:
+    removed_tokens = sum(entry_tokens(entry_dict(entry)) for entry in removed)
+    return estimate_tokens(result.summary) / removed_tokens
+
+
+async def test_ordinary_chat_compacts_without_a_model(manager: SessionManager) -> None:
+    """The issue's case: 200 messages of ordinary chat (about 13,000 tokens), a 4,000-token
+    window, no model. The fallback used to come out larger than what it replaced
+    (quality_gate_failed); now the compaction commits and the summary is <= 25%."""
+    await manager.create(KEY)
+    for i in range(200):
+        if i % 2 == 0:
+            text = f"Question {i}: what should I see in Lisbon on day {i // 2}? Keep it short."
+        else:
+            text = (
+                f"For day {i // 2}: walk through Alfama early, take tram 28 before the crowds, "
+                "eat at a tasca near the river, and watch the sunset from a miradouro. "
+                "Book museums ahead on weekends, and carry a light jacket for the evening wind."
+            )
+        await manager.append_message(KEY, "user" if i % 2 == 0 else "assistant", text)
+    before = await manager.get_transcript(KEY)
+
+    result = await manager.compact_with_result(KEY, 4000)
+
+    assert result.skip_reason is None
+    assert result.summary_source == "fallback"
+    assert result.removed_count > 100
+    assert _ratio(result, before[: result.removed_count]) <= 0.25
+    assert "  [assistant]: \n" not in result.summary + "\n"
+    (row,) = await manager.get_summaries(KEY)
+    assert row.summary_text == result.summary
+    assert len(await manager.get_transcript(KEY)) == 200 - result.removed_count
+
+
+async def test_demo_conversation_compacts_without_a_model(manager: SessionManager) -> None:
+    """The demo's tool-using conversation: one identifier instruction, no empty role lines,
+    no "1 messages", and a summary <= 25% of what it replaced."""
+    await manager.create(KEY)
+    entries = await append_script(manager, KEY)
+
+    result = await manager.compact_with_result(KEY, DEMO_WINDOW_TOKENS, CompactionConfig())
+
+    assert result.skip_reason is None and result.removed_count > 0
+    assert _ratio(result, entries[: result.removed_count]) <= 0.25
+    assert result.summary.count(IDENTIFIER_INSTRUCTION) == 1
+    assert "[assistant]: (called get_weather)" in result.summary
+    assert not [line for line in result.summary.splitlines() if line.rstrip().endswith("]:")]
+    assert "1 messages" not in result.summary
+    assert "TBL-58213" in result.summary
 
 
 # -- history: repeated compactions, branches and resets ----------------------------------

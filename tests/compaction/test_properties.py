@@ -19,7 +19,6 @@ from opensquilla.session.compaction import (
     CompactionConfig,
     CompactionRequest,
     compact_entries,
-    entry_dict,
 )
 
 _ids = itertools.count()
@@ -76,14 +75,14 @@ def test_cut_respects_tool_pairs_suffix_and_protected_tail(
     kept = result.kept_entries
 
     if result.removed_count == 0:
-        assert kept == [entry_dict(e) for e in entries]
+        assert kept == entries  # the caller's entries, every key kept
         assert result.summary == ""
         return
 
     cut = len(entries) - len(kept)
     assert result.removed_count + len(kept) == len(entries)
     assert result.removed_count == cut > 0
-    assert kept == [entry_dict(e) for e in entries[cut:]]
+    assert kept == entries[cut:]
     assert result.summary
 
     calls = _call_positions(entries)
@@ -94,7 +93,7 @@ def test_cut_respects_tool_pairs_suffix_and_protected_tail(
 
     if config.compaction_profile == "coding":
         assert len(kept) >= 12
-        assert kept[-12:] == [entry_dict(e) for e in entries[-12:]]
+        assert kept[-12:] == entries[-12:]
         assert result.quality_report["protected_tail_preserved"] is True
 
 

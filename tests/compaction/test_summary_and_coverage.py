@@ -14,13 +14,17 @@ from opensquilla.session.compaction import (
     CompactionConfig,
     CompactionRequest,
     compact_entries,
+    entry_tokens,
+    estimate_tokens,
     finish_compaction,
     plan_compaction,
 )
 from opensquilla.session.compaction import obligations as ob
 from opensquilla.session.compaction.fallback import (
     IDENTIFIER_INSTRUCTION,
+    budget_tokens_for,
     fallback_chunk_summary,
+    fallback_summary,
     merge_chunk_summaries,
 )
 from opensquilla.session.compaction.obligations import (
@@ -58,22 +62,59 @@ def test_strict_fallback_starts_with_the_identifier_line() -> None:
 def test_other_policies_omit_the_identifier_line(policy: str) -> None:
     text = fallback_chunk_summary([msg("user", "hello")], identifier_policy=policy)
 
-    assert text == "[Summary of 1 messages]\n  [user]: hello"
+    assert text == "[Summary of 1 message]\n  [user]: hello"  # singular
 
 
 def test_preview_is_cut_at_200_characters() -> None:
     long_text = "a" * 199 + "b" + "TAIL-NOT-SHOWN"
     exact = "c" * 200
 
-    lines = fallback_chunk_summary([msg("user", long_text), msg("user", exact)]).splitlines()
+    lines = fallback_summary(
+        [msg("user", long_text), msg("user", exact)], budget_tokens=1000
+    ).splitlines()
 
     assert lines[-2] == "  [user]: " + "a" * 199 + "b..."
     assert lines[-1] == "  [user]: " + exact  # exactly 200: no ellipsis
 
 
-def test_missing_content_previews_as_empty() -> None:
-    assert fallback_chunk_summary([msg("assistant", None)], identifier_policy="off").endswith(
-        "  [assistant]: "
+def test_previews_shorten_to_fit_the_budget() -> None:
+    entries = [msg("user", f"{i} " + "w" * 300) for i in range(4)]
+
+    wide = fallback_summary(entries, identifier_policy="off", budget_tokens=1000)
+    narrow = fallback_summary(entries, identifier_policy="off", budget_tokens=100)
+
+    assert max(len(line) for line in wide.splitlines()) == len("  [user]: ") + 203
+    assert len(narrow) <= 100 * 4
+    assert narrow.count("  [user]: ") == 4  # all four, each shorter
+    assert max(len(line) for line in narrow.splitlines()) < 100
+
+
+def test_no_empty_role_lines() -> None:
+    """A message with nothing to show has no line; a bare tool call shows its tool's name."""
+    entries = [
+        msg("user", "book it"),
+        msg("assistant", "", tool_calls=[{"id": "c1", "function": {"name": "book_table"}}]),
+        msg("tool", '{"ok": true}', tool_call_id="c1"),
+        msg("assistant", None),
+        msg("assistant", "   "),
+        msg("assistant", "done"),
+    ]
+
+    lines = fallback_summary(entries, identifier_policy="off").splitlines()
+
+    assert lines == [
+        "[Summary of 6 messages]",
+        "  [user]: book it",
+        "  [assistant]: (called book_table)",
+        '  [tool]: {"ok": true}',
+        "  [assistant]: done",
+    ]
+    assert not [line for line in lines if line.rstrip().endswith("]:")]
+
+
+def test_missing_content_has_no_line() -> None:
+    assert fallback_chunk_summary([msg("assistant", None)], identifier_policy="off") == (
+        "[Summary of 1 message]"
     )
 
 
@@ -116,7 +157,140 @@ def test_tool_payloads_and_reasoning_never_reach_the_fallback() -> None:
     assert "visible words" in text
     assert "PAYLOAD-" not in text
     assert secret_thought not in text
-    assert "call_q" not in text
+    assert "call_q" not in text  # a finished call's id is tool data
+
+
+def test_pending_tool_calls_are_kept_with_their_names() -> None:
+    entries = [
+        msg("user", "write the page"),
+        msg(
+            "assistant",
+            "",
+            tool_calls=[
+                {"type": "tool_use", "tool_use_id": "write-1", "name": "write_file", "input": {}},
+                {"id": "call_done", "function": {"name": "read_file"}},
+            ],
+        ),
+        msg("tool", "read ok", tool_call_id="call_done"),
+    ]
+
+    text = fallback_summary(entries)
+
+    assert "Pending tool calls: write-1 (write_file)" in text
+    assert "call_done" not in text
+
+
+def _ordinary_chat(count: int) -> list[dict[str, Any]]:
+    topics = ["the weather", "a recipe", "train times", "museums", "a budget", "packing"]
+    entries = []
+    for i in range(count):
+        topic = topics[(i // 2) % len(topics)]
+        if i % 2 == 0:
+            text = f"Number {i}: what about {topic}? A few concrete, short suggestions please."
+        else:
+            text = (
+                f"About {topic}: check the local listings in the morning, ask at the front "
+                "desk, leave slack in the plan for rain, and book ahead on busy weekends."
+            )
+        entries.append(msg("user" if i % 2 == 0 else "assistant", text))
+    return entries
+
+
+def test_two_hundred_message_chat_compacts_to_a_quarter() -> None:
+    """Ordinary chat (no tools, no identifiers): the fallback succeeds and its summary is at
+    most 25% of the tokens it replaces; before, it came out larger than them."""
+    entries = _ordinary_chat(200)
+
+    result = compact_entries(CompactionRequest("s", entries, 2000))
+
+    assert result.skip_reason is None
+    assert result.removed_count > 150
+    removed = sum(entry_tokens(e) for e in entries[: result.removed_count])
+    summary_tokens = estimate_tokens(result.summary)
+    assert summary_tokens <= removed * 0.25
+    assert result.tokens_after < result.tokens_before
+    lines = result.summary.splitlines()
+    assert lines[1] == f"[Summary of {result.removed_count} messages]"
+    assert "  [user]: Number 0: what about the weather?" in result.summary  # first request
+    last = entries[result.removed_count - 1]["content"]
+    assert last[:60] in result.summary  # the last exchange
+    assert "messages not shown]" in result.summary
+
+
+def test_obligations_and_identifiers_are_kept_verbatim_in_a_long_chat() -> None:
+    """Goals, constraints, identifiers and decisions from early on survive the budget."""
+    trace = "550e8400-e29b-41d4-a716-446655440000"
+    commit = "9fceb02d0ae598e95dc970b74767f19372d61af8"
+    entries = [
+        msg(
+            "user",
+            "Goal: migrate the billing service.\nConstraint: no downtime during business hours.",
+        ),
+        msg("assistant", f"Decision: use blue-green deploys. Trace {trace}."),
+        *_ordinary_chat(160),
+        msg("user", f"The fix landed in {commit}, see the log."),
+        *_ordinary_chat(40),
+    ]
+
+    result = compact_entries(CompactionRequest("s", entries, 2000))
+
+    assert result.skip_reason is None and result.removed_count > 160
+    summary = result.summary
+    for kept in (
+        "Goal: migrate the billing service.",
+        "Constraint: no downtime during business hours.",
+        "Decision: use blue-green deploys.",
+        trace,
+        commit,
+    ):
+        assert kept in summary
+    removed = entries[: result.removed_count]
+    found = extract_obligations(removed)
+    wanted = [o for o in found if o.kind in (ob.USER_GOAL, ob.USER_CONSTRAINT, ob.IDENTIFIER)]
+    assert wanted and check_coverage(summary, wanted, blocking=True).status == "pass"
+    assert estimate_tokens(summary) <= sum(entry_tokens(e) for e in removed) * 0.25
+
+
+def test_identifier_instruction_appears_once_across_parts() -> None:
+    plan = _two_chunk_plan()
+
+    all_fallback = finish_compaction(plan, [None] * 5, ["fallback"] * 5)
+    mixed = finish_compaction(plan, ["model", None, "model", None, None], ["llm", "x"] * 2 + ["x"])
+
+    assert all_fallback.summary.count(IDENTIFIER_INSTRUCTION) == 1
+    assert mixed.summary.count(IDENTIFIER_INSTRUCTION) == 1
+    assert mixed.summary.startswith(IDENTIFIER_INSTRUCTION + "\n[Merged context summary]")
+    merged = merge_chunk_summaries(
+        [fallback_chunk_summary([msg("user", f"t{i}")]) for i in range(3)]
+    )
+    assert merged.count(IDENTIFIER_INSTRUCTION) == 1
+    assert merged.count("[Summary of 1 message]") == 3
+
+
+def test_coverage_the_seed_preview_had_is_kept() -> None:
+    """What a 200-character preview of each message covered, the budgeted summary covers
+    too (files and commands early in a message, errors, plans); open questions as the
+    budget allows, all of them with room to spare."""
+    entries = [
+        msg("user", "Keep src/opensquilla/session/models.py and run make check."),
+        msg("assistant", "Next I will run uv run pytest tests/test_x.py."),
+        msg("tool", "Error: missing summary_payload column", tool_call_id="call_1"),
+        *_ordinary_chat(30),
+    ]
+    removed = entries[:20]
+    seed_text = "\n".join(str(e["content"])[:200] for e in removed)
+    found = extract_obligations(removed)
+    seed_covered = [o for o in found if o.value.casefold() in seed_text.casefold()]
+
+    text = fallback_summary(
+        removed, budget_tokens=budget_tokens_for(sum(entry_tokens(e) for e in removed))
+    )
+    roomy = fallback_summary(removed, budget_tokens=2000)
+
+    not_questions = [o for o in seed_covered if o.kind != ob.QUESTION]
+    assert {o.kind for o in not_questions} >= {ob.FILE_PATH, ob.COMMAND, ob.FAILURE}
+    assert check_coverage(text, not_questions, blocking=True).status == "pass"
+    assert check_coverage(roomy, seed_covered, blocking=True).status == "pass"
 
 
 def test_one_part_is_its_own_merge() -> None:
@@ -161,13 +335,15 @@ def test_some_chunks_from_the_model_is_mixed_and_gaps_use_the_fallback() -> None
     assert "  [user]: turn 4" in result.summary  # a blank model answer falls back too
 
 
-def test_no_model_chunks_is_fallback() -> None:
+def test_no_model_chunks_is_fallback_in_one_summary() -> None:
     result = compact_entries(
         CompactionRequest("s", [msg("user", f"turn {i}", 100) for i in range(11)], 200)
     )
 
     assert result.summary_source == "fallback"
-    assert result.summary.startswith("[Merged context summary]")
+    assert result.chunks_processed == 5
+    assert result.summary.startswith(IDENTIFIER_INSTRUCTION + "\n[Summary of 10 messages]")
+    assert "--- Part" not in result.summary
 
 
 # -- obligations -----------------------------------------------------------------------
@@ -246,6 +422,77 @@ def test_artifact_names_need_a_marker_a_known_extension_and_no_slash() -> None:
 
     artifacts = [value for kind, value in found if kind == ob.ARTIFACT]
     assert artifacts == ["report.pdf", "chart.png"]
+
+
+def test_artifact_names_with_spaces_are_kept_whole() -> None:
+    """A name after the colon, or quoted, keeps its spaces (it was cut to its last word)."""
+    found = kinds(
+        [
+            msg("user", "Artifact: final continuity report.pdf."),
+            msg("assistant", 'Generated artifact "Q3 plan v2.xlsx" and chart.png'),
+            msg("assistant", "The artifact: see report.pdf and chart.png"),
+        ]
+    )
+
+    artifacts = [value for kind, value in found if kind == ob.ARTIFACT]
+    assert artifacts == [
+        "final continuity report.pdf",
+        "Q3 plan v2.xlsx",
+        "chart.png",
+        "report.pdf",
+    ]
+
+
+def test_capped_extraction_puts_goals_and_constraints_first() -> None:
+    """Upstream's case: two slots, and the goal and constraint take them."""
+    entries = [
+        msg(
+            "user",
+            "Goal: preserve task continuity.\n"
+            "Constraint: keep coverage blocking disabled by default.\n"
+            "Touch docs/a.md docs/b.md docs/c.md docs/d.md docs/e.md docs/f.md.",
+        )
+    ]
+
+    found = extract_obligations(entries, max_obligations=2)
+
+    assert [(o.kind, o.value) for o in found] == [
+        (ob.USER_GOAL, "preserve task continuity."),
+        (ob.USER_CONSTRAINT, "keep coverage blocking disabled by default."),
+    ]
+
+
+def test_goals_and_constraints_past_the_cap_still_come_first() -> None:
+    """Seventy tool results fill the 64 slots before the user states the goal: the goal and
+    the constraint lead the capped list, the oldest other obligations make room."""
+    entries = [
+        *[msg("tool", "x", tool_call_id=f"call_{i}") for i in range(70)],
+        msg("user", "Goal: ship the release.\nConstraint: no schema change."),
+    ]
+
+    found = extract_obligations(entries)
+
+    assert len(found) == 64
+    assert [(o.kind, o.value) for o in found[:2]] == [
+        (ob.USER_GOAL, "ship the release."),
+        (ob.USER_CONSTRAINT, "no schema change."),
+    ]
+    assert [o.value for o in found[2:]] == [f"call_{i}" for i in range(62)]
+
+
+def test_under_the_cap_the_order_is_unchanged() -> None:
+    entries = [
+        msg("tool", "x", tool_call_id="call_1"),
+        msg("user", "Goal: ship it.\nWhy not?"),
+    ]
+
+    found = kinds(entries)
+
+    assert found == [
+        (ob.TOOL_RESULT_ID, "call_1"),
+        (ob.USER_GOAL, "ship it."),
+        (ob.QUESTION, "Why not?"),
+    ]
 
 
 def test_tool_ids_and_facts_from_calls_and_results() -> None:

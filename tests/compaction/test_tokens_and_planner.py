@@ -233,8 +233,8 @@ def test_conversation_profile_protects_nothing() -> None:
 
 
 def test_missing_obligations_block_under_coverage_blocking() -> None:
-    """A goal longer than 240 characters is stored cut, and a path past the 200-character
-    preview never reaches the fallback text: both are missing, so nothing is removed."""
+    """A path past the 200-character preview never reaches the fallback text: it is
+    missing, so nothing is removed. (The goal, cut at 240 characters, is kept verbatim.)"""
     late_path = "lib/engine/critical_state_machine.py"
     entries = [
         msg("user", "Goal: keep every invariant. " + ("filler " * 40) + late_path, 650),
@@ -254,7 +254,7 @@ def test_missing_obligations_block_under_coverage_blocking() -> None:
     assert result.summary_payload is not None
     missing = result.missing_obligations or []
     assert any(late_path in label for label in missing)
-    assert any(label.startswith("user_goal: ") and label.endswith("...") for label in missing)
+    assert not any(label.startswith("user_goal: ") for label in missing)
 
 
 def test_same_transcript_without_blocking_compacts() -> None:
@@ -350,8 +350,10 @@ def test_coding_profile_keeps_twelve_of_fourteen() -> None:
     assert result.quality_report["protected_tail_preserved"] is True
 
 
-def test_kept_entries_are_plain_dicts_of_the_documented_keys() -> None:
-    entries = [msg("user", "old", 300), msg("user", "new", 5, provenance_kind="x")]
+def test_kept_entries_are_the_callers_entries_with_all_their_keys() -> None:
+    """Not re-projected onto ENTRY_KEYS: no ``None`` added, no key (``turn_context``) lost."""
+    kept_entry = msg("user", "new", 5, provenance_kind="x", turn_context={"cwd": "/srv"})
+    entries = [msg("user", "old", 300), kept_entry]
 
     result = run(entries, 100)
 
@@ -360,12 +362,20 @@ def test_kept_entries_are_plain_dicts_of_the_documented_keys() -> None:
             "role": "user",
             "content": "new",
             "token_count": 5,
-            "tool_calls": None,
-            "tool_call_id": None,
-            "reasoning_content": None,
-            "turn_usage": None,
+            "provenance_kind": "x",
+            "turn_context": {"cwd": "/srv"},
         }
     ]
+    assert list(result.kept_entries[0]) == list(kept_entry)  # same keys, same order
+
+
+def test_skipped_compaction_returns_the_callers_entries() -> None:
+    entries = [msg("user", "hi", 5, turn_context={"a": 1}), msg("assistant", "yo", 5, extra=2)]
+
+    result = run(entries, 100_000)
+
+    assert result.skip_reason == "within_compaction_budget"
+    assert result.kept_entries == entries
 
 
 def test_tokens_after_is_summary_plus_kept() -> None:

@@ -15,10 +15,10 @@ from typing import Any
 
 from . import planner
 from .config import CompactionConfig
-from .fallback import fallback_chunk_summary, merge_chunk_summaries
+from .fallback import budget_tokens_for, fallback_summary, merge_chunk_summaries
 from .obligations import check_coverage, extract_obligations
 from .payload import build_payload
-from .result import ENTRY_KEYS, CompactionRequest, CompactionResult
+from .result import CompactionRequest, CompactionResult
 from .tokens import entry_tokens, estimate_tokens
 
 MAX_CUSTOM_INSTRUCTIONS = 2000
@@ -40,7 +40,8 @@ def normalize_instructions(custom_instructions: str | None) -> tuple[str | None,
 
 
 def _kept(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{key: entry.get(key) for key in ENTRY_KEYS} for entry in entries]
+    """The caller's entries as given (shallow copies, every key kept)."""
+    return [dict(entry) for entry in entries]
 
 
 @dataclass
@@ -93,8 +94,12 @@ def plan_compaction(request: CompactionRequest) -> CompactionPlan:
 
 
 def fallback_for(plan: CompactionPlan, index: int) -> str:
-    return fallback_chunk_summary(
-        plan.chunks[index], identifier_policy=str(plan.config.identifier_policy)
+    """The fallback for one chunk a summariser left empty, budgeted on that chunk."""
+    chunk = plan.chunks[index]
+    return fallback_summary(
+        chunk,
+        identifier_policy=str(plan.config.identifier_policy),
+        budget_tokens=budget_tokens_for(sum(entry_tokens(entry) for entry in chunk)),
     )
 
 
@@ -108,28 +113,36 @@ def finish_compaction(
     request, config = plan.request, plan.config
     window = request.context_window_tokens
     entries = request.entries
-    parts: list[str] = []
-    llm_parts = 0
-    for index, (text, source) in enumerate(zip(chunk_summaries, chunk_sources, strict=True)):
-        if text and text.strip():
-            parts.append(text.strip())
-            llm_parts += source == "llm"
-        else:
-            parts.append(fallback_for(plan, index))
-    if llm_parts == len(parts):
+    removed = entries[: plan.cut]
+    kept = entries[plan.cut :]
+    ids = request.entry_ids[: plan.cut] if request.entry_ids is not None else None
+    obligations = extract_obligations(removed, ids)
+    texts = [text.strip() if text and text.strip() else None for text in chunk_summaries]
+    llm_parts = sum(
+        text is not None and source == "llm"
+        for text, source in zip(texts, chunk_sources, strict=True)
+    )
+    if llm_parts == len(texts):
         summary_source = "llm"
     elif llm_parts:
         summary_source = "mixed"
     else:
         summary_source = "fallback"
-    summary = merge_chunk_summaries(parts)
+    if all(text is None for text in texts):
+        # No summariser text at all: one fallback over everything removed, in one budget.
+        summary = fallback_summary(
+            removed,
+            identifier_policy=str(config.identifier_policy),
+            budget_tokens=budget_tokens_for(sum(plan.sizes[: plan.cut])),
+            obligations=obligations,
+        )
+    else:
+        summary = merge_chunk_summaries(
+            [text if text is not None else fallback_for(plan, i) for i, text in enumerate(texts)]
+        )
     if plan.previous_summary:
         summary = f"[Previous context]\n{plan.previous_summary}\n\n[New context]\n{summary}"
 
-    removed = entries[: plan.cut]
-    kept = entries[plan.cut :]
-    ids = request.entry_ids[: plan.cut] if request.entry_ids is not None else None
-    obligations = extract_obligations(removed, ids)
     coverage = check_coverage(summary, obligations, blocking=config.coverage_blocking)
     payload = build_payload(summary, obligations, coverage)
     kept_tokens = sum(plan.sizes[plan.cut :])
@@ -138,7 +151,7 @@ def finish_compaction(
         summary=summary,
         kept_entries=_kept(kept),
         removed_count=len(removed),
-        chunks_processed=len(parts),
+        chunks_processed=len(texts),
         summary_source=summary_source,
         tokens_before=plan.total,
         tokens_after=tokens_after,

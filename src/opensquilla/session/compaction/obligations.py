@@ -46,10 +46,15 @@ _TRIM = " `\t\r\n,;)]"
 _ARTIFACT_NAME = re.compile(
     rf"(?<![\w/\\.-])[\w.-]+\.(?:{_ARTIFACT_EXTENSIONS})(?![\w/\\])", re.IGNORECASE
 )
-_UUID = re.compile(
+# A name that may hold spaces: quoted anywhere on the line, or the whole value after a colon
+# ("Artifact: final continuity report.pdf.").
+_SPACED_NAME = rf"[\w.-]+(?: [\w.-]+)*\.(?:{_ARTIFACT_EXTENSIONS})"
+_QUOTED_ARTIFACT = re.compile(rf"([\"'`“‘])({_SPACED_NAME})[\"'`”’]", re.IGNORECASE)
+_LABELLED_ARTIFACT = re.compile(rf"\s*({_SPACED_NAME})[\s.,;:)\]]*", re.IGNORECASE)
+UUID_RE = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
 )
-_HEX_RUN = re.compile(r"\b[0-9a-fA-F]{12,64}\b")
+HEX_RUN_RE = re.compile(r"\b[0-9a-fA-F]{12,64}\b")
 # Permissive on purpose: relative, absolute, ./ ../ and drive-letter paths whose later
 # segments may hold spaces ("docs/Long Task Report.md"); trimmed back to the last extension.
 _PATH = re.compile(r"(?<![\w.\-/\\])(?:[A-Za-z]:[\\/]|\.{1,2}/|/)?[\w.\-]+(?:[\\/][\w .\-]+)+")
@@ -100,17 +105,53 @@ def file_paths(text: str) -> list[str]:
     return found
 
 
+def artifact_names(line: str) -> list[str]:
+    """File names with a known extension on an artifact line. A name may hold spaces when
+    it is quoted, or is the whole value after the first colon and the only file named there
+    ("Artifact: final report.pdf."); otherwise it is one word."""
+    spans: list[tuple[int, int]] = []
+    names: list[str] = []
+    for match in _QUOTED_ARTIFACT.finditer(line):
+        spans.append(match.span(2))
+        names.append(match.group(2))
+    for colon in (":", "："):
+        start = line.find(colon)
+        if start < 0:
+            continue
+        labelled = _LABELLED_ARTIFACT.fullmatch(line, start + 1)
+        if (
+            labelled
+            and " " in labelled.group(1)
+            and len(_ARTIFACT_NAME.findall(labelled.group(1))) == 1
+        ):
+            spans.append(labelled.span(1))
+            names.append(labelled.group(1))
+        break
+    for match in _ARTIFACT_NAME.finditer(line):
+        if not any(a <= match.start() and match.end() <= b for a, b in spans):
+            names.append(match.group(0))
+    return names
+
+
+_FIRST_WHEN_CAPPED = (USER_GOAL, USER_CONSTRAINT)
+
+
 class _Collector:
-    def __init__(self) -> None:
+    """Obligations in order, deduplicated, up to ``limit``. Once full it still takes goals
+    and constraints (aside), so a capped extraction can put them first."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.items: list[Obligation] = []
+        self.aside: list[Obligation] = []
         self._seen: set[tuple[str, str]] = set()
 
     @property
     def full(self) -> bool:
-        return len(self.items) >= MAX_OBLIGATIONS
+        return len(self.items) >= self.limit
 
     def add(self, kind: str, raw: Any, role: str | None, source_id: int | None) -> None:
-        if self.full or raw is None:
+        if raw is None or (self.full and kind not in _FIRST_WHEN_CAPPED):
             return
         value = clean(raw if isinstance(raw, str) else str(raw))
         if not value:
@@ -119,7 +160,16 @@ class _Collector:
         if key in self._seen:
             return
         self._seen.add(key)
-        self.items.append(Obligation(kind, value, role, source_id))
+        (self.aside if self.full else self.items).append(Obligation(kind, value, role, source_id))
+
+    def result(self) -> list[Obligation]:
+        """Under the cap: in order. At the cap: goals and constraints first (in order),
+        then the rest in order, cut to the cap."""
+        if not self.full:
+            return self.items
+        first = [o for o in self.items + self.aside if o.kind in _FIRST_WHEN_CAPPED]
+        rest = [o for o in self.items if o.kind not in _FIRST_WHEN_CAPPED]
+        return (first + rest)[: self.limit]
 
 
 def _scan_line(out: _Collector, line: str, role: str | None, source_id: int | None) -> None:
@@ -128,6 +178,8 @@ def _scan_line(out: _Collector, line: str, role: str | None, source_id: int | No
         out.add(USER_GOAL, _after_colon(line), role, source_id)
     if role == "user" and folded.startswith(_CONSTRAINT_PREFIXES):
         out.add(USER_CONSTRAINT, _after_colon(line), role, source_id)
+    if out.full:
+        return
     if folded.startswith(_DECISION_PREFIXES):
         out.add(DECISION, _after_colon(line), role, source_id)
     if role == "assistant" and any(marker in folded for marker in _NEXT_MARKERS):
@@ -135,7 +187,7 @@ def _scan_line(out: _Collector, line: str, role: str | None, source_id: int | No
     if any(marker in folded for marker in _DO_NOT_REPEAT_MARKERS):
         out.add(DO_NOT_REPEAT, line, role, source_id)
     if any(marker in folded for marker in _ARTIFACT_MARKERS):
-        for name in _ARTIFACT_NAME.findall(line):
+        for name in artifact_names(line):
             out.add(ARTIFACT, name, role, source_id)
     if "?" in line or "？" in line:
         out.add(QUESTION, line, role, source_id)
@@ -144,17 +196,22 @@ def _scan_line(out: _Collector, line: str, role: str | None, source_id: int | No
 
 
 def extract_obligations(
-    entries: Sequence[Mapping[str, Any]], entry_ids: Sequence[int | None] | None = None
+    entries: Sequence[Mapping[str, Any]],
+    entry_ids: Sequence[int | None] | None = None,
+    *,
+    max_obligations: int = MAX_OBLIGATIONS,
 ) -> list[Obligation]:
-    """Obligations of the removed entries, in order, deduplicated, at most 64."""
-    out = _Collector()
+    """Obligations of the removed entries, in order, deduplicated, at most
+    ``max_obligations``; when that cap is reached, goals and constraints come first
+    (including those found after it was reached)."""
+    out = _Collector(max_obligations)
     for position, entry in enumerate(entries):
-        if out.full:
-            break
         role = entry.get("role")
-        source_id = entry_ids[position] if entry_ids is not None else entry.get("id")
-        if not isinstance(source_id, int):
-            source_id = None
+        if out.full:
+            if role == "user":
+                _scan_goals(out, entry, entry_ids, position)
+            continue
+        source_id = _source_id(entry, entry_ids, position)
         out.add(TOOL_RESULT_ID, entry.get("tool_call_id"), role, source_id)
         content = entry.get("content")
         text = content if isinstance(content, str) else ""
@@ -169,14 +226,38 @@ def extract_obligations(
             if call.get("type") == "tool_result" or "result" in call:
                 fact = call.get("result", call.get("content"))
                 out.add(TOOL_RESULT_FACT, fact, role, source_id)
-        uuids = _UUID.findall(text)
-        for identifier in uuids + _HEX_RUN.findall(_UUID.sub(" ", text) if uuids else text):
+        uuids = UUID_RE.findall(text)
+        for identifier in uuids + HEX_RUN_RE.findall(UUID_RE.sub(" ", text) if uuids else text):
             out.add(IDENTIFIER, identifier, role, source_id)
         for path in file_paths(text):
             out.add(FILE_PATH, path, role, source_id)
         for command in _COMMAND.findall(text):
             out.add(COMMAND, command, role, source_id)
-    return out.items
+    return out.result()
+
+
+def _source_id(
+    entry: Mapping[str, Any], entry_ids: Sequence[int | None] | None, position: int
+) -> int | None:
+    source_id = entry_ids[position] if entry_ids is not None else entry.get("id")
+    return source_id if isinstance(source_id, int) else None
+
+
+def _scan_goals(
+    out: _Collector,
+    entry: Mapping[str, Any],
+    entry_ids: Sequence[int | None] | None,
+    position: int,
+) -> None:
+    """Past the cap only goals and constraints are still looked for."""
+    content = entry.get("content")
+    if not isinstance(content, str) or ":" not in content:  # every prefix ends in ":"
+        return
+    source_id = _source_id(entry, entry_ids, position)
+    for raw_line in content.splitlines():
+        line = _WHITESPACE.sub(" ", raw_line).strip()
+        if line:
+            _scan_line(out, line, "user", source_id)
 
 
 @dataclass(frozen=True)

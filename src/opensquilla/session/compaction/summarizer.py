@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .config import CompactionConfig
-from .fallback import fallback_chunk_summary
 
 
 @runtime_checkable
@@ -29,7 +28,12 @@ class Summarizer(Protocol):
 
 
 class FallbackSummarizer:
-    """The deterministic summariser: a preview of every message, no model involved."""
+    """The deterministic summariser: no model involved.
+
+    It returns ``None`` for every chunk, so the engine's fallback stands in: one summary of
+    everything removed, within one budget (docs/semantics.md#fallback-summary), rather than
+    one per chunk.
+    """
 
     source = "fallback"
 
@@ -40,4 +44,4 @@ class FallbackSummarizer:
         config: CompactionConfig,
         custom_instructions: str | None,
     ) -> str | None:
-        return fallback_chunk_summary(chunk, identifier_policy=str(config.identifier_policy))
+        return None
