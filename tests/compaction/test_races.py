@@ -5,6 +5,7 @@ the transcript itself: one compaction wins, and no appended message is ever lost
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -102,34 +103,85 @@ async def test_two_compactions_mid_summary_only_one_commits(
     assert [e.message_id for e in live] == appended[-len(winner.kept_entries) :]
 
 
-async def test_append_during_summary_makes_the_compaction_stale(
+async def test_append_during_summary_survives_and_the_compaction_commits(
     managers: list[SessionManager],
 ) -> None:
-    """No caller lock: the commit itself notices the new message and keeps it live."""
+    """No caller lock: the commit checks that the planned rows are still the transcript's
+    prefix, so the message appended meanwhile stays live with its id and the compaction
+    still commits (docs/semantics.md#compaction-source)."""
     compactor, writer, reader = managers
     appended = await seed(compactor)
+    before = {e.message_id: e.id for e in await reader.get_transcript(KEY)}
     late: list[str] = []
+    late_ids: list[int | None] = []
 
     async def append_elsewhere() -> None:
         entry = await writer.append_message(KEY, "user", "landed mid-summary", token_count=3)
         late.append(entry.message_id)
+        late_ids.append(entry.id)
 
     result = await compactor.compact_with_result(
         KEY, 1000, summarizer=HookedSummarizer(append_elsewhere)
     )
 
-    assert result.skip_reason == "stale_preimage"
-    assert result.removed_count == 0 and result.summary == ""
-    assert result.kept_entries[-1]["content"] == "landed mid-summary"
-    assert await reader.get_summaries(KEY) == []
+    assert result.skip_reason is None and result.removed_count > 0
+    assert [s.summary_text for s in await reader.get_summaries(KEY)] == [result.summary]
     node = await reader.get_session(KEY)
-    assert node is not None and node.compaction_count == 0
+    assert node is not None and node.compaction_count == 1
     live = await reader.get_transcript(KEY)
-    assert [e.message_id for e in live] == [*appended, *late]
+    kept = appended[result.removed_count :]
+    assert [e.message_id for e in live] == [*kept, *late]
+    assert [e.id for e in live] == [*(before[m] for m in kept), *late_ids]
     assert [e.message_id for e in await reader.get_canonical_transcript(KEY)] == [
         *appended,
         *late,
     ]
+
+
+@pytest.mark.parametrize("position", ["switch_off", "caller_lock"])
+async def test_append_during_summary_is_stale_in_the_exact_position(
+    database: str, position: str
+) -> None:
+    """``commit_against_source=False``, or the default with a caller ``mutation_context``
+    (the contract's position): an append seen at the commit makes the compaction stale."""
+    stores = [SessionStorage(database) for _ in range(2)]
+    for store in stores:
+        await store.connect()
+    try:
+        switch = False if position == "switch_off" else None
+        compactor = SessionManager(
+            stores[0], inject_time_prefix=False, commit_against_source=switch
+        )
+        writer = SessionManager(stores[1], inject_time_prefix=False)
+        appended = await seed(compactor)
+        late: list[str] = []
+
+        async def append_elsewhere() -> None:
+            entry = await writer.append_message(KEY, "user", "landed mid-summary", token_count=3)
+            late.append(entry.message_id)
+
+        @contextlib.asynccontextmanager
+        async def lock() -> AsyncIterator[None]:
+            yield
+
+        result = await compactor.compact_with_result(
+            KEY,
+            1000,
+            summarizer=HookedSummarizer(append_elsewhere),
+            mutation_context=lock if position == "caller_lock" else None,
+        )
+
+        assert result.skip_reason == "stale_preimage"
+        assert result.removed_count == 0 and result.summary == ""
+        assert result.kept_entries[-1]["content"] == "landed mid-summary"
+        assert await writer.get_summaries(KEY) == []
+        node = await writer.get_session(KEY)
+        assert node is not None and node.compaction_count == 0
+        live = await writer.get_transcript(KEY)
+        assert [e.message_id for e in live] == [*appended, *late]
+    finally:
+        for store in stores:
+            await store.close()
 
 
 async def test_appends_racing_compactions_lose_nothing(managers: list[SessionManager]) -> None:
@@ -137,8 +189,8 @@ async def test_appends_racing_compactions_lose_nothing(managers: list[SessionMan
 
     Two points of the race are forced, the rest runs freely: the writer starts only once
     the first compaction is summarising, and that compaction waits for the first append
-    (so it must be refused as stale); halfway the writer waits until some compaction has
-    committed (so the later appends land on a rewritten transcript)."""
+    (which it must keep live, committing all the same); halfway the writer waits until some
+    compaction has committed (so the later appends land on a rewritten transcript)."""
     compactor, writer, reader = managers
     appended = await seed(compactor, 10)
     first_summarising, first_landed = asyncio.Event(), asyncio.Event()
@@ -179,7 +231,7 @@ async def test_appends_racing_compactions_lose_nothing(managers: list[SessionMan
     _, reasons = await asyncio.gather(keep_appending(), keep_compacting())
     settled = await compactor.compact_with_result(KEY, 1000)  # no writer left to race
 
-    assert reasons[0] == "stale_preimage", "the compaction overtaken mid-summary committed"
+    assert reasons[0] is None, "the compaction overtaken mid-summary did not commit"
     # A compaction committed while the writer was still at it, so the assertions below
     # check a transcript rewritten under the writer's feet, not an untouched one.
     assert any(reason is None for reason in reasons), reasons

@@ -897,6 +897,7 @@ MANAGER_READS = {
     "list_degraded_compactions",
     "get_compaction",
     "get_compaction_preimage",
+    "capture_compaction_source",
     "archive_report",
     "stats",
     "preview_reset",
@@ -1029,6 +1030,7 @@ USECASE_READS = {
     "search.substrings",
     "pages.canonical_page",
     "pages.coverage",
+    "compaction_source.capture_compaction_source",
 }
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",

@@ -362,7 +362,8 @@ def racing_compactor(
 
     The first compaction that gets to summarise is held there: it sets the event
     ``summarising[worker]`` and waits until the database shows an append that landed
-    after its read, so it must be overtaken (it is reported with ``held``). The writers
+    after its read, so it is overtaken (it is reported with ``held``; the appended rows
+    stay live, and of the held compactions the first to commit wins). The writers
     wait for every event in ``summarising`` before their second half, so the hold cannot
     outlast them; and no compactor goes on before every compactor has been held, so none
     can commit (and leave the others nothing to summarise) first. The rounds after that

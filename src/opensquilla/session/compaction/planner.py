@@ -15,6 +15,7 @@ NO_SAFE_BOUNDARY = "no_safe_turn_boundary"
 PROTECTED_TAIL_EXHAUSTS = "protected_tail_exhausts_compaction_window"
 COVERAGE_BLOCKED = "coverage_blocked"
 QUALITY_GATE_FAILED = "quality_gate_failed"
+NO_CONTEXT_WINDOW = "no_context_window"
 EMPTY_SUMMARY = "empty_summary"
 STALE_PREIMAGE = "stale_preimage"
 
@@ -94,6 +95,9 @@ def plan_cut(
     """The cut for ``entries`` in a ``window``-token context, or the reason to skip."""
     if not entries:
         return Cut(0, NO_ENTRIES)
+    if window <= 0:
+        # No summary fits a window of nothing: compacting would only destroy the transcript.
+        return Cut(0, NO_CONTEXT_WINDOW)
     total = sum(sizes)
     if total * config.safety_margin <= window:
         return Cut(0, WITHIN_BUDGET)

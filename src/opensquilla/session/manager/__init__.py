@@ -12,6 +12,7 @@ from typing import Any, Unpack
 
 from ..compaction import CompactionConfig, CompactionResult, Summarizer
 from ..models import (
+    CompactionSourceSnapshot,
     ContextView,
     SessionContextState,
     SessionIntent,
@@ -26,7 +27,13 @@ from ..models.reports import DeletionPreview, ResetReport
 from ..models.search import RANK_WINDOW, SearchHit, SearchResults
 from ..storage import SessionStorage
 from ..usecases import context, overview, repair, retention, search
-from ..usecases.compaction import CompactionOptions, Compactor, MutationContext, PersistOptions
+from ..usecases.compaction import (
+    CompactionOptions,
+    Compactor,
+    MutationContext,
+    PersistSourceOptions,
+)
+from ..usecases.compaction_source import capture_compaction_source
 from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import Lifecycle
@@ -48,6 +55,7 @@ class SessionManager(TranscriptCalls):
         inject_time_prefix: bool = True,
         time_prefix_tz: str | None = None,
         summarizer: Summarizer | None = None,
+        commit_against_source: bool | None = None,
     ) -> None:
         self._storage = storage
         self._generations = GenerationCache(storage)
@@ -60,7 +68,9 @@ class SessionManager(TranscriptCalls):
             inject_time_prefix=inject_time_prefix,
             time_prefix_tz=time_prefix_tz,
         )
-        self._compactor = Compactor(storage, summarizer)
+        self._compactor = Compactor(
+            storage, summarizer, commit_against_source=commit_against_source
+        )
 
     @property
     def storage(self) -> SessionStorage:
@@ -335,12 +345,34 @@ class SessionManager(TranscriptCalls):
         session_key: str,
         summary: str,
         kept_entries: list[dict[str, Any]],
-        **options: Unpack[PersistOptions],
+        **options: Unpack[PersistSourceOptions],
     ) -> bool:
         """Store a summary produced elsewhere and keep ``kept_entries`` as the live tail,
-        positionally (docs/semantics.md#persist). An empty summary writes nothing."""
+        positionally (docs/semantics.md#persist). An empty summary writes nothing. With
+        ``source_entries`` (and ``source_preimage``, ``removed_count``, optionally the
+        boundary ids, all from :meth:`capture_compaction_source`): archive the first
+        ``removed_count`` source rows if the source is still the transcript's prefix; the
+        rest and any row appended since stay live with their ids (``kept_entries`` is
+        ignored; docs/semantics.md#compaction-source)."""
         return await self._compactor.persist_compaction_result(
             session_key, summary, kept_entries, **options
+        )
+
+    async def capture_compaction_source(
+        self,
+        session_key: str,
+        *,
+        boundary_message_id: str | None = None,
+        transcript_entries: list[TranscriptEntry] | None = None,
+    ) -> CompactionSourceSnapshot:
+        """The rows an inline compaction plans on, with their preimage: ``transcript_entries``
+        if given (no read), else the live transcript; through ``boundary_message_id`` if
+        given (unknown: an empty snapshot, which no install accepts)."""
+        return await capture_compaction_source(
+            self._storage,
+            session_key,
+            boundary_message_id=boundary_message_id,
+            transcript_entries=transcript_entries,
         )
 
     async def list_degraded_compactions(

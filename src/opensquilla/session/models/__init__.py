@@ -77,6 +77,7 @@ from .pages import Cursor as Cursor
 from .records import SessionContextState, SessionNode, SessionSummary
 from .records import _Record as _Record
 from .records import check_session_values as check_session_values
+from .snapshot import CompactionSourceSnapshot as CompactionSourceSnapshot
 from .snapshot import GenerationSnapshot as GenerationSnapshot
 
 __all__ = [

@@ -19,3 +19,18 @@ class GenerationSnapshot(BaseModel):
     session: SessionNode
     transcript: list[TranscriptEntry]
     summaries: list[SessionSummary]
+
+
+class CompactionSourceSnapshot(BaseModel, frozen=True):
+    """The live rows an inline compaction was planned on (docs/semantics.md#compaction-source).
+
+    ``entries`` oldest first; ``preimage`` the SHA-256 of their stable form
+    (:func:`opensquilla.session.usecases.compaction_source.source_preimage`);
+    ``boundary_message_id`` and ``boundary_entry_id`` those of the last entry (``None`` when
+    empty). An empty snapshot (an unknown boundary) makes any later install fail.
+    """
+
+    entries: tuple[TranscriptEntry, ...]
+    preimage: str
+    boundary_message_id: str | None = None
+    boundary_entry_id: int | None = None

@@ -38,11 +38,13 @@ from ..models import (
     SessionNode,
     SessionSummary,
     TranscriptEntry,
+    check_integer,
     check_optional_text,
 )
 from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
 from .compaction_commit import rewrite_compacted_session
+from .compaction_source import check_source_entries, source_preimage
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
@@ -101,6 +103,25 @@ class PersistOptions(TypedDict, total=False):
     flush_receipt_status: str | None
 
 
+class PersistSourceOptions(PersistOptions, total=False):
+    """``persist_compaction_result``'s options: the record options and a captured source
+    (docs/semantics.md#compaction-source)."""
+
+    removed_count: int | None
+    source_entries: Sequence[TranscriptEntry] | None
+    source_preimage: str | None
+    source_boundary_message_id: str | None
+    source_boundary_entry_id: int | None
+
+
+SOURCE_ONLY_OPTIONS = (
+    "removed_count",
+    "source_preimage",
+    "source_boundary_message_id",
+    "source_boundary_entry_id",
+)
+
+
 class CompactionOptions(PersistOptions, total=False):
     """The keyword options of a compaction: the record options, the caller's lock around
     the read and the commit, and a summariser for this run."""
@@ -120,9 +141,31 @@ def _refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None
 class Compactor:
     """Compaction and persisted out-of-band summaries (the repair queue is ``repair.py``)."""
 
-    def __init__(self, storage: SessionStorage, summarizer: Summarizer | None = None) -> None:
+    def __init__(
+        self,
+        storage: SessionStorage,
+        summarizer: Summarizer | None = None,
+        *,
+        commit_against_source: bool | None = None,
+    ) -> None:
+        if commit_against_source is not None and not isinstance(commit_against_source, bool):
+            raise InvalidInputError(
+                "commit_against_source must be True, False or None, not "
+                f"{type(commit_against_source).__name__}"
+            )
         self._storage = storage
         self._summarizer = summarizer
+        self._commit_against_source = commit_against_source
+
+    def _against_source(self, mutation_context: MutationContext | None) -> bool:
+        """Whether a compaction commits against its captured source (rows appended after
+        the planned ones stay live and the compaction still commits) or needs the exact
+        transcript it planned on (docs/semantics.md#compaction). ``None``, the default:
+        against the source unless the caller serialises its writers with a
+        ``mutation_context``, whose change seen under that lock is stale (the contract)."""
+        if self._commit_against_source is not None:
+            return self._commit_against_source
+        return mutation_context is None
 
     def summarizer_for(self, config: CompactionConfig) -> Summarizer:
         if self._summarizer is not None:
@@ -256,6 +299,7 @@ class Compactor:
                 archive_count=len(removed),
                 summary=summary,
                 now=now,
+                allow_appended=self._against_source(mutation_context),
             )
         if applied:
             return result
@@ -279,15 +323,22 @@ class Compactor:
         session_key: str,
         summary: str,
         kept_entries: Sequence[Mapping[str, Any]],
-        **options: Unpack[PersistOptions],
+        **options: Unpack[PersistSourceOptions],
     ) -> bool:
         """Store a summary the caller already has, with the positional semantics of
-        docs/semantics.md#persist; ``True`` when something was written."""
-        _refuse_unknown("persist_compaction_result", options, PersistOptions)
+        docs/semantics.md#persist, or against a captured source (``source_entries``,
+        docs/semantics.md#compaction-source); ``True`` when something was written."""
+        _refuse_unknown("persist_compaction_result", options, PersistSourceOptions)
         compaction_id = options.get("compaction_id")
         trigger_reason = options.get("trigger_reason")
         flush_receipt_status = options.get("flush_receipt_status")
         check_optional_text("summary", summary)
+        source_entries = options.get("source_entries")
+        if source_entries is not None:
+            return await self._persist_against_source(session_key, summary, source_entries, options)
+        for name in SOURCE_ONLY_OPTIONS:
+            if options.get(name) is not None:
+                raise InvalidInputError(f"{name} is only accepted with source_entries")
         if not isinstance(kept_entries, list | tuple):
             raise InvalidInputError(
                 f"kept_entries must be a list of dicts, not {type(kept_entries).__name__}"
@@ -382,5 +433,105 @@ class Compactor:
                 "it was read",
                 key,
                 extra={"session_key": key, "operation": "persist_compaction_result"},
+            )
+        return applied
+
+    async def _persist_against_source(
+        self,
+        session_key: str,
+        summary: str,
+        source: object,
+        options: PersistSourceOptions,
+    ) -> bool:
+        """``persist_compaction_result`` with ``source_entries``: archive
+        ``source[:removed_count]``, keep the rest of the source and every row appended
+        after it live with their ids (``kept_entries`` is ignored). ``False``, nothing
+        written, unless the source is non-empty, matches ``source_preimage`` and its
+        boundary ids, and is still the live transcript's prefix at the commit."""
+        entries = check_source_entries("source_entries", source)
+        preimage = options.get("source_preimage")
+        removed_count = options.get("removed_count")
+        boundary_message_id = options.get("source_boundary_message_id")
+        boundary_entry_id = options.get("source_boundary_entry_id")
+        compaction_id = options.get("compaction_id")
+        trigger_reason = options.get("trigger_reason")
+        flush_receipt_status = options.get("flush_receipt_status")
+        check_optional_text("source_preimage", preimage)
+        check_optional_text("source_boundary_message_id", boundary_message_id, identifier=True)
+        if boundary_entry_id is not None:
+            check_integer("source_boundary_entry_id", boundary_entry_id, minimum=-(2**63))
+        _check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
+        key = canonicalize_session_key(session_key)
+        log_extra = {"session_key": key, "operation": "persist_compaction_result"}
+        if (
+            not entries
+            or preimage is None
+            or source_preimage(entries) != preimage
+            or (boundary_message_id is not None and entries[-1].message_id != boundary_message_id)
+            or (boundary_entry_id is not None and entries[-1].id != boundary_entry_id)
+            or isinstance(removed_count, bool)
+            or not isinstance(removed_count, int)
+            or not 0 < removed_count <= len(entries)
+            or not (summary or "").strip()
+        ):
+            log.warning(
+                "persist_compaction_result for %s not applied: the source is empty, does not "
+                "match its preimage or boundary, removes nothing, or the summary is blank",
+                key,
+                extra=log_extra,
+            )
+            return False
+        node = await self._storage.get_session(key)
+        if node is None or any(
+            entry.session_id != node.session_id or entry.id is None for entry in entries
+        ):
+            log.warning(
+                "persist_compaction_result: the source is not of session %s's generation",
+                key,
+                extra=log_extra,
+            )
+            return False
+        _check_room_for_compaction(node)
+        removed, preserved = entries[:removed_count], entries[removed_count:]
+        now = now_ms()
+        obligations = extract_obligations(
+            [entry_dict(entry) for entry in removed], [entry.id for entry in removed]
+        )
+        coverage = check_coverage(summary, obligations, blocking=False)
+        record = SessionSummary(
+            session_id=node.session_id,
+            session_key=key,
+            compaction_id=compaction_id or new_compaction_id(),
+            trigger_reason=trigger_reason,
+            summary_text=summary,
+            summary_payload=build_payload(summary, obligations, coverage),
+            summary_format="structured_v1",
+            coverage_status=coverage.status,
+            missing_obligations=list(coverage.missing),
+            critical_carry_forward=list(coverage.carry_forward),
+            removed_count=len(removed),
+            kept_count=len(preserved),
+            flush_receipt_status=flush_status(flush_receipt_status),
+            covered_through_id=max(entry.id or 0 for entry in removed),
+            created_at=now,
+        )
+        applied = await rewrite_compacted_session(
+            self._storage,
+            key,
+            expected_session_id=node.session_id,
+            expected_epoch=node.epoch,
+            expected_live_ids=[entry.id or 0 for entry in entries],
+            expected_prefix=entries,
+            archive_count=len(removed),
+            summary=record,
+            now=now,
+            allow_appended=True,
+        )
+        if not applied:
+            log.warning(
+                "persist_compaction_result for %s not applied: the captured source is no "
+                "longer the live transcript's prefix",
+                key,
+                extra=log_extra,
             )
         return applied

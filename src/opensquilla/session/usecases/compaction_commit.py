@@ -2,8 +2,9 @@
 
 The summariser runs outside any transaction; this commit then re-checks the preimage inside
 its write transaction. Nothing is written unless the session is still the expected
-generation and its live transcript is still exactly the rows that were planned on, so an
-append that landed meanwhile is never lost, with or without a caller lock.
+generation and its live transcript still holds the rows that were planned on: exactly, or
+(committing against a captured source) as its prefix, rows appended meanwhile staying live
+with their ids. An append that landed meanwhile is never lost, with or without a caller lock.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ async def rewrite_compacted_session(
     drop_ids: Sequence[int] = (),
     new_entries: Sequence[TranscriptEntry] = (),
     now: int,
+    allow_appended: bool = False,
 ) -> bool:
     """In one transaction, when the preimage still holds: the summary (its
     ``compaction_index`` assigned here), the first ``archive_count`` live rows copied to
@@ -74,7 +76,11 @@ async def rewrite_compacted_session(
     The preimage: the live rows are still ``expected_live_ids``, and the first of them are
     still exactly ``expected_prefix`` (the rows the caller's decision read, as it read
     them): a row can change in place (an upsert by message id, a rebound turn context),
-    and a summary of its old values must not replace it."""
+    and a summary of its old values must not replace it.
+
+    ``allow_appended`` (a commit against a captured source, docs/semantics.md#compaction-source):
+    the live rows need only *start* with ``expected_live_ids``; rows after them were appended
+    meanwhile and stay live, ids included."""
     key = canonicalize_session_key(session_key)
     check_integer("archive_count", archive_count)
     check_millis("now", now)
@@ -99,7 +105,10 @@ async def rewrite_compacted_session(
         if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
             return False
         positions = await tx.transcript.live_positions(node.session_id)
-        if [row_id for row_id, _ in positions] != list(expected_live_ids):
+        live_ids = [row_id for row_id, _ in positions]
+        if allow_appended:
+            live_ids = live_ids[: len(expected_live_ids)]
+        if live_ids != list(expected_live_ids):
             return False
         if expected_prefix and list(expected_prefix) != await tx.transcript.list_live(
             node.session_id, limit=len(expected_prefix)
@@ -127,5 +136,7 @@ async def rewrite_compacted_session(
         saved = portable_states(summary, now) if summary is not None else []
         for state in saved:
             state.id = await tx.states.insert(state)
-        await tx.sessions.add_compaction(key, now)
+        await tx.sessions.add_compaction(
+            key, now, session_id=node.session_id, epoch=node.epoch, count=node.compaction_count
+        )
     return True

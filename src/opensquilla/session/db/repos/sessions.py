@@ -190,13 +190,33 @@ class SessionRepository:
         ).first()
         return to_model(SessionNode, row, self.conn.dialect.name) if row is not None else None
 
-    async def add_compaction(self, key: str, now: int) -> None:
-        """``compaction_count + 1`` and ``updated_at``: a compaction committed."""
-        await self.conn.execute(
+    async def add_compaction(
+        self, key: str, now: int, *, session_id: str, epoch: int, count: int
+    ) -> None:
+        """A compaction committed: ``compaction_count = max(stored, count + 1)`` and
+        ``updated_at = max(stored, now)`` (an append that touched the row after ``now`` was
+        taken keeps its freshness), on exactly the row of this key, session id and epoch;
+        ``RuntimeError`` unless there is one. Nothing else is touched: the token counters of
+        an append that landed meanwhile stay."""
+        new_count = count + 1
+        stmt = (
             update(sessions)
-            .where(sessions.c.session_key == key)
-            .values(compaction_count=sessions.c.compaction_count + 1, updated_at=now)
+            .where(
+                sessions.c.session_key == key,
+                sessions.c.session_id == session_id,
+                sessions.c.epoch == epoch,
+            )
+            .values(
+                compaction_count=case(
+                    (sessions.c.compaction_count > new_count, sessions.c.compaction_count),
+                    else_=new_count,
+                ),
+                updated_at=case((sessions.c.updated_at > now, sessions.c.updated_at), else_=now),
+            )
         )
+        changed = int((await self.conn.execute(stmt)).rowcount)
+        if changed != 1:
+            raise RuntimeError(f"compaction commit of {key} updated {changed} session rows, not 1")
 
     async def finish(self, key: str, status: str, now: int) -> SessionNode | None:
         started = sessions.c.started_at

@@ -1,0 +1,118 @@
+"""Capture the source of an inline compaction (docs/semantics.md#compaction-source).
+
+A caller that summarises on its own (an agent runtime compacting between turns) captures
+the live rows it plans on, summarises them outside any transaction, then installs the
+summary with ``persist_compaction_result(..., source_entries=..., source_preimage=...)``:
+the commit re-checks that those rows are still the transcript's prefix, so messages appended
+meanwhile stay live with their ids and the compaction still commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InvalidInputError
+from ..keys import canonicalize_session_key
+from ..models import CompactionSourceSnapshot, TranscriptEntry, check_optional_text
+from ..storage import SessionStorage
+
+# The columns a source row is compared on (upstream's preimage row): everything but the
+# mutable bookkeeping the compaction itself does not read.
+_PREIMAGE_COLUMNS = (
+    "session_id",
+    "session_key",
+    "id",
+    "message_id",
+    "role",
+    "content",
+    "tool_call_id",
+    "reasoning_content",
+    "created_at",
+    "token_count",
+    "provenance_kind",
+    "provenance_origin_session_id",
+    "provenance_source_session_key",
+    "provenance_source_channel",
+    "provenance_source_tool",
+    "schema_version",
+)
+_PREIMAGE_JSON_COLUMNS = ("tool_calls", "turn_usage", "turn_context")
+
+
+def _stable_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def preimage_row(entry: TranscriptEntry) -> dict[str, Any]:
+    """One row of the preimage: the compared columns, the JSON ones as stable JSON."""
+    row: dict[str, Any] = {name: getattr(entry, name) for name in _PREIMAGE_COLUMNS}
+    for name in _PREIMAGE_JSON_COLUMNS:
+        row[name] = _stable_json(getattr(entry, name))
+    return row
+
+
+def source_preimage(entries: Sequence[TranscriptEntry]) -> str:
+    """The SHA-256 (hex) of the entries' preimage rows, in order."""
+    digest = hashlib.sha256()
+    for entry in entries:
+        digest.update(_stable_json(preimage_row(entry)).encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def check_source_entries(name: str, entries: object) -> list[TranscriptEntry]:
+    """A list or tuple of :class:`TranscriptEntry`, else ``InvalidInputError``."""
+    if not isinstance(entries, list | tuple):
+        raise InvalidInputError(
+            f"{name} must be a list of TranscriptEntry, not {type(entries).__name__}"
+        )
+    for position, entry in enumerate(entries):
+        if not isinstance(entry, TranscriptEntry):
+            raise InvalidInputError(
+                f"{name}[{position}] must be a TranscriptEntry, not {type(entry).__name__}"
+            )
+    return list(entries)
+
+
+def snapshot_of(
+    entries: Sequence[TranscriptEntry], boundary_message_id: str | None = None
+) -> CompactionSourceSnapshot:
+    """The snapshot of ``entries``, cut after the last row carrying ``boundary_message_id``
+    when given (none carries it: an empty snapshot)."""
+    rows = list(entries)
+    if boundary_message_id is not None:
+        last = max(
+            (i for i, entry in enumerate(rows) if entry.message_id == boundary_message_id),
+            default=None,
+        )
+        rows = [] if last is None else rows[: last + 1]
+    return CompactionSourceSnapshot(
+        entries=tuple(entry.model_copy(deep=True) for entry in rows),
+        preimage=source_preimage(rows),
+        boundary_message_id=rows[-1].message_id if rows else None,
+        boundary_entry_id=rows[-1].id if rows else None,
+    )
+
+
+async def capture_compaction_source(
+    storage: SessionStorage,
+    session_key: str,
+    *,
+    boundary_message_id: str | None = None,
+    transcript_entries: Sequence[TranscriptEntry] | None = None,
+) -> CompactionSourceSnapshot:
+    """The source of an inline compaction: ``transcript_entries`` when given (no read),
+    else the live transcript of ``session_key`` (empty when the session is missing)."""
+    check_optional_text("boundary_message_id", boundary_message_id, identifier=True)
+    if transcript_entries is not None:
+        return snapshot_of(
+            check_source_entries("transcript_entries", transcript_entries), boundary_message_id
+        )
+    key = canonicalize_session_key(session_key)
+    node = await storage.get_session(key)
+    if node is None:
+        return snapshot_of([])
+    return snapshot_of(await storage.get_transcript(node.session_id), boundary_message_id)
