@@ -21,9 +21,10 @@ import typer
 
 from ..compaction import CompactionConfig
 from ..manager import SessionManager
-from .options import Json
+from .options import Json, LLMApiKeyEnv, LLMBaseUrl, LLMModel, LLMTimeout
 from .render.demo import DEMO, DemoRun
 from .runtime import dsn, open_manager, run
+from .summarizer import ChosenSummarizer, LLMOptions, choose_summarizer, describe_line, fallback
 
 DEMO_AGENT = "demo"
 DEMO_WINDOW_TOKENS = 2000
@@ -148,9 +149,16 @@ def _preview(text: str | None, width: int = 72) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-async def run_demo(manager: SessionManager, *, session_key: str | None = None) -> DemoReport:
-    """Play the script on ``manager`` and report each step."""
+async def run_demo(
+    manager: SessionManager,
+    *,
+    session_key: str | None = None,
+    summarizer: ChosenSummarizer | None = None,
+) -> DemoReport:
+    """Play the script on ``manager`` and report each step (compacting with ``summarizer``,
+    by default the deterministic fallback)."""
     key = session_key or demo_key()
+    chosen = summarizer or fallback()
     report = DemoReport(session_key=key, branch_key=f"{key}:what-if")
 
     node = await manager.create(
@@ -191,12 +199,17 @@ async def run_demo(manager: SessionManager, *, session_key: str | None = None) -
     report.add("append", lines, messages=len(SCRIPT), total_tokens=node.total_tokens)
 
     result = await manager.compact_with_result(
-        key, DEMO_WINDOW_TOKENS, CompactionConfig(), trigger_reason="demo"
+        key,
+        DEMO_WINDOW_TOKENS,
+        CompactionConfig(),
+        trigger_reason="demo",
+        summarizer=chosen.summarizer,
     )
     live = await manager.get_transcript(key)
     canonical = await manager.get_canonical_transcript(key)
     states = await manager.get_context_states(key)
     summary_lines = [
+        f"summarizer: {describe_line(chosen.description)}",
         f"window {DEMO_WINDOW_TOKENS} tokens: {result.tokens_before} -> {result.tokens_after}",
         f"removed {result.removed_count} messages into the archive, kept {len(live)} live",
         f"canonical transcript still holds all {len(canonical)} messages",
@@ -220,6 +233,8 @@ async def run_demo(manager: SessionManager, *, session_key: str | None = None) -
         canonical=len(canonical),
         coverage_status=result.coverage_status,
         missing_obligations=result.missing_obligations or [],
+        summarizer=chosen.description,
+        summary_source=result.summary_source,
         summary=result.summary,
     )
 
@@ -260,12 +275,22 @@ async def run_demo(manager: SessionManager, *, session_key: str | None = None) -
     return report
 
 
-def demo(ctx: typer.Context, as_json: Json = False) -> None:
+def demo(
+    ctx: typer.Context,
+    as_json: Json = False,
+    llm_base_url: LLMBaseUrl = None,
+    llm_model: LLMModel = None,
+    llm_api_key_env: LLMApiKeyEnv = None,
+    llm_timeout: LLMTimeout = None,
+) -> None:
     """Play a scripted agent conversation on the database (the embedded default if unset)."""
-    DEMO.show(run(lambda: _demo(dsn(ctx))), as_json)
+    llm = LLMOptions(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+    DEMO.show(run(lambda: _demo(dsn(ctx), llm)), as_json)
 
 
-async def _demo(dsn: str) -> DemoRun:
+async def _demo(dsn: str, llm: LLMOptions) -> DemoRun:
     """The call into the library: the script, on a manager of its own."""
+    chosen = choose_summarizer(llm)  # bad LLM settings are refused before the database opens
     async with open_manager(dsn) as manager:
-        return DemoRun(await run_demo(manager), manager.storage.target.render())
+        report = await run_demo(manager, summarizer=chosen)
+        return DemoRun(report, manager.storage.target.render())

@@ -8,14 +8,32 @@ from typing import Annotated, Any
 
 import typer
 
-from ..compaction import CompactionConfig, CompactionResult
+from ..compaction import CompactionConfig
 from ..errors import InvalidInputError
 from ..models import INT64_MAX
 from ..models.reports import DeletionPreview, ResetReport
-from .options import DryRun, Json, SessionKey, parse_duration
+from .options import (
+    DryRun,
+    Json,
+    LLMApiKeyEnv,
+    LLMBaseUrl,
+    LLMModel,
+    LLMTimeout,
+    SessionKey,
+    parse_duration,
+)
 from .render import show_outcome
-from .render.operations import BRANCHED, COMPACTION, RESET, TRUNCATION, Branched, deleted
+from .render.operations import (
+    BRANCHED,
+    COMPACTION,
+    RESET,
+    TRUNCATION,
+    Branched,
+    Compacted,
+    deleted,
+)
 from .runtime import dsn, open_manager, run
+from .summarizer import LLMOptions, choose_summarizer
 
 _DAY_MS = 86_400_000
 
@@ -30,9 +48,18 @@ def compact(
         bool, typer.Option("--strict", help="Refuse a summary that misses an obligation.")
     ] = False,
     as_json: Json = False,
+    llm_base_url: LLMBaseUrl = None,
+    llm_model: LLMModel = None,
+    llm_api_key_env: LLMApiKeyEnv = None,
+    llm_timeout: LLMTimeout = None,
 ) -> None:
-    """Fold the oldest part of the live transcript into a summary (rows go to the archive)."""
-    COMPACTION.show(run(lambda: _compact(dsn(ctx), key, window, strict)), as_json)
+    """Fold the oldest part of the live transcript into a summary (rows go to the archive).
+
+    With an LLM base URL (--llm-base-url or $OPENSQUILLA_SESSION_LLM_BASE_URL) the summary
+    comes from that OpenAI-compatible endpoint, chunk by chunk; a chunk whose request fails
+    or times out gets the deterministic summary instead."""
+    llm = LLMOptions(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+    COMPACTION.show(run(lambda: _compact(dsn(ctx), key, window, strict, llm)), as_json)
 
 
 def reset(
@@ -117,10 +144,14 @@ def _max_age(older_than: str) -> int:
 # -- calls into the library: one per command -------------------------------------------
 
 
-async def _compact(dsn: str, key: str, window: int, strict: bool) -> CompactionResult:
+async def _compact(dsn: str, key: str, window: int, strict: bool, llm: LLMOptions) -> Compacted:
+    chosen = choose_summarizer(llm)  # bad LLM settings are refused before the database opens
     async with open_manager(dsn) as manager:
         config = CompactionConfig(coverage_blocking=strict)
-        return await manager.compact_with_result(key, window, config, trigger_reason="operator")
+        result = await manager.compact_with_result(
+            key, window, config, trigger_reason="operator", summarizer=chosen.summarizer
+        )
+        return Compacted(result, chosen.description)
 
 
 async def _reset(dsn: str, key: str, dry_run: bool) -> DeletionPreview | ResetReport:

@@ -85,3 +85,37 @@ PageBefore = Annotated[
 AgentFilter = Annotated[str | None, typer.Option("--agent", help="Only this agent.")]
 # ``repair list`` has always shown --agent without help text; kept as it is.
 RepairAgentFilter = Annotated[str | None, typer.Option("--agent")]
+
+# -- the LLM summariser (compact, demo) --------------------------------------------------
+
+LLMBaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-base-url",
+        help="OpenAI-compatible endpoint for an LLM summary, e.g. http://127.0.0.1:8000/v1 "
+        "(default: $OPENSQUILLA_SESSION_LLM_BASE_URL; neither: the deterministic summary).",
+    ),
+]
+LLMModel = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-model",
+        help="Model name sent to the endpoint (default: $OPENSQUILLA_SESSION_LLM_MODEL).",
+    ),
+]
+LLMApiKeyEnv = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-api-key-env",
+        help="NAME of the environment variable holding the API key, never the key itself "
+        "(default: $OPENSQUILLA_SESSION_LLM_API_KEY_ENV, else OPENSQUILLA_SESSION_LLM_API_KEY).",
+    ),
+]
+LLMTimeout = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-timeout",
+        help="Seconds per request before that chunk falls back to the deterministic summary "
+        "(default: $OPENSQUILLA_SESSION_LLM_TIMEOUT, else 90).",
+    ),
+]

@@ -9,6 +9,7 @@ from typing import Any
 from ...compaction import CompactionResult
 from ...models import SessionNode
 from ...models.reports import ResetReport
+from ..summarizer import describe_line
 from . import View
 from .text import field, out, record, visible
 
@@ -21,7 +22,17 @@ class Branched:
     messages: int
 
 
-def _print_compaction(result: CompactionResult) -> None:
+@dataclass(frozen=True)
+class Compacted:
+    """A compaction's result and the summariser it was given (never its API key)."""
+
+    result: CompactionResult
+    summarizer: dict[str, Any]
+
+
+def _print_compaction(compacted: Compacted) -> None:
+    result = compacted.result
+    out.print(f"summarizer: {visible(describe_line(compacted.summarizer), None, one_line=True)}")
     if result.skip_reason or not result.removed_count:
         out.print(f"nothing compacted: {field(result.skip_reason or 'nothing to remove')}")
         return
@@ -30,6 +41,7 @@ def _print_compaction(result: CompactionResult) -> None:
         f"{len(result.kept_entries)} kept; "
         f"tokens {field(result.tokens_before)} -> {field(result.tokens_after)}"
     )
+    out.print(f"summary source: {field(result.summary_source)}")
     out.print(f"coverage: {field(result.coverage_status)}")
     for missing in result.missing_obligations or []:
         out.print(f"  missing: {field(missing)}")
@@ -62,8 +74,10 @@ def _print_truncation(result: dict[str, Any]) -> None:
         out.print(f"nothing to truncate ({field(result['before_count'])} live messages)")
 
 
-COMPACTION: View[CompactionResult] = View(
-    lambda result: {
+def _compaction_data(compacted: Compacted) -> dict[str, Any]:
+    result = compacted.result
+    return {
+        "summarizer": compacted.summarizer,
         "removed_count": result.removed_count,
         "kept_count": len(result.kept_entries),
         "tokens_before": result.tokens_before,
@@ -73,9 +87,10 @@ COMPACTION: View[CompactionResult] = View(
         "skip_reason": result.skip_reason,
         "summary_source": result.summary_source,
         "summary": result.summary,
-    },
-    _print_compaction,
-)
+    }
+
+
+COMPACTION: View[Compacted] = View(_compaction_data, _print_compaction)
 RESET: View[ResetReport] = View(
     lambda report: {
         "session_key": report.session.session_key,
