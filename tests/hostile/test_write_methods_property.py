@@ -1048,6 +1048,8 @@ USECASE_BEHIND_MANAGER = {
     "context.invalidate_states": "invalidate_context_states",
     "repair.mark_repair_status": "mark_compaction_repair_status",
     "repair.mark_flush_receipt_status": "mark_compaction_flush_receipt_status",
+    # The shared run of a single flight: the write is compact_with_result's own commit.
+    "compaction_flight.join_flight": "compact_with_result",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .errors import (
+    CompactionTimeoutError,
     ConfigurationError,
     InvalidInputError,
     SessionExistsError,
@@ -33,6 +34,7 @@ __all__ = [
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
     "CompactionSourceSnapshot",
+    "CompactionTimeoutError",
     "ConfigurationError",
     "ContextView",
     "InvalidInputError",

@@ -79,11 +79,29 @@ class IntegrityViolationError(DatabaseError):
     """A constraint of the schema refused the change (nothing was written)."""
 
 
+class CompactionTimeoutError(SessionStoreError, TimeoutError):
+    """A compaction ran past ``CompactionConfig.total_timeout_seconds`` (nothing was written).
+
+    ``phase`` names where it was (``read``, ``summarize`` or ``commit``: a commit is checked
+    against the deadline before it begins and, once begun, runs to its end); ``timeout`` is
+    the bound in seconds. A ``TimeoutError``, so ``except TimeoutError`` catches it.
+    """
+
+    def __init__(self, phase: str, timeout: float) -> None:
+        super().__init__(
+            f"compaction timed out in its {phase} phase (total_timeout_seconds={timeout:g}); "
+            "nothing was written"
+        )
+        self.phase = phase
+        self.timeout = timeout
+
+
 class MigrationError(SessionStoreError):
     """The schema could not be brought to, or is not at, the expected revision."""
 
 
 __all__ = [
+    "CompactionTimeoutError",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailableError",

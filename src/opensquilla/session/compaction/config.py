@@ -34,6 +34,9 @@ class CompactionConfig:
     coverage_blocking: bool = False
     compaction_profile: str = "conversation"
     protected_recent_messages: int = 0
+    # The bound of one whole compaction (read, summarise, commit), in seconds; past it the
+    # call raises CompactionTimeoutError and writes nothing (docs/semantics.md#single-flight).
+    total_timeout_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -43,7 +46,13 @@ class CompactionConfig:
 
         Run at construction and again by every compaction, since the dataclass is mutable.
         """
-        for name in ("base_chunk_ratio", "min_chunk_ratio", "safety_margin", "timeout_seconds"):
+        for name in (
+            "base_chunk_ratio",
+            "min_chunk_ratio",
+            "safety_margin",
+            "timeout_seconds",
+            "total_timeout_seconds",
+        ):
             _finite(name, getattr(self, name))
         if not 0 < self.base_chunk_ratio <= 1:
             raise ConfigurationError(
@@ -53,7 +62,7 @@ class CompactionConfig:
             raise ConfigurationError(
                 f"min_chunk_ratio must be in [0, 1], not {self.min_chunk_ratio!r}"
             )
-        for name in ("safety_margin", "timeout_seconds"):
+        for name in ("safety_margin", "timeout_seconds", "total_timeout_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive, not {getattr(self, name)!r}")
         _integer("default_parts", self.default_parts, minimum=1)

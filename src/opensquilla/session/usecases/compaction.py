@@ -8,11 +8,14 @@ lost (docs/semantics.md#compaction).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypedDict, Unpack
+from dataclasses import dataclass
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from ..compaction import (
     CompactionConfig,
@@ -29,7 +32,7 @@ from ..compaction import (
 from ..compaction.obligations import check_coverage, extract_obligations
 from ..compaction.payload import build_payload
 from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
-from ..errors import InvalidInputError, SessionNotFoundError
+from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
 from ..keys import canonicalize_session_key
 from ..models import (
     COMPACTION_ID_MAX_LENGTH,
@@ -44,11 +47,13 @@ from ..models import (
 from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
 from .compaction_commit import rewrite_compacted_session
+from .compaction_flight import Flight, flight_key, join_flight
 from .compaction_source import check_source_entries, source_preimage
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
 
+_T = TypeVar("_T")
 MutationContext = Callable[[], AbstractAsyncContextManager[Any]]
 DEGRADED = "degraded_forensic"
 
@@ -136,6 +141,38 @@ def _refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None
     for name in options:
         if name not in kind.__optional_keys__:
             raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the owner of a flight needs to summarise and commit."""
+
+    key: str
+    node: SessionNode
+    live: list[TranscriptEntry]
+    plan: CompactionPlan
+    summarizer: Summarizer
+    window: int
+    compaction_id: str | None
+    trigger_reason: str | None
+    flush_receipt_status: str | None
+    mutation_context: MutationContext | None
+    against_source: bool
+    deadline: float
+    total: float
+
+
+async def _bounded(phase: str, step: Awaitable[_T], deadline: float, total: float) -> _T:
+    """``step``, or ``CompactionTimeoutError(phase, total)`` once the loop's clock passes
+    ``deadline`` (a ``TimeoutError`` raised inside ``step`` on its own passes through)."""
+    bound = asyncio.timeout_at(deadline)
+    try:
+        async with bound:
+            return await step
+    except TimeoutError as exc:
+        if bound.expired():
+            raise CompactionTimeoutError(phase, total) from exc
+        raise
 
 
 class Compactor:
@@ -242,8 +279,17 @@ class Compactor:
         if summarizer is not None and not callable(getattr(summarizer, "summarize", None)):
             raise InvalidInputError("summarizer must have an async summarize() method")
         key = canonicalize_session_key(session_key)
-        async with _entered(mutation_context):
-            node, live = await self._read(key)
+        # Each caller's own copy: a summariser (or anything downstream) that changes the
+        # config it is handed never changes the caller's, which may be shared.
+        config = copy.copy(config)
+        total = config.total_timeout_seconds
+        deadline = asyncio.get_running_loop().time() + total
+
+        async def read() -> tuple[SessionNode, list[TranscriptEntry]]:
+            async with _entered(mutation_context):
+                return await self._read(key)
+
+        node, live = await _bounded("read", read(), deadline, total)
         request = CompactionRequest(
             session_id=node.session_id,
             entries=[entry_dict(entry) for entry in live],
@@ -255,7 +301,47 @@ class Compactor:
         plan = plan_compaction(request)
         if plan.skipped is not None:
             return plan.skipped
-        texts, sources = await self._summarize(plan, summarizer or self.summarizer_for(config))
+        chosen = summarizer if summarizer is not None else self._summarizer
+        against_source = self._against_source(mutation_context)
+        flight = flight_key(
+            session_key=key,
+            session_id=node.session_id,
+            epoch=node.epoch,
+            live=live,
+            context_window_tokens=context_window_tokens,
+            config=config,
+            custom_instructions=custom_instructions,
+            flush_receipt_status=flush_receipt_status,
+            compaction_id=compaction_id,
+            against_source=against_source,
+            # In-process only: the object itself is held by the running flight, so its id
+            # cannot be reused while the entry exists. None: chosen from the config, which
+            # the key already holds (its API key as an HMAC).
+            summarizer_identity="default" if chosen is None else f"object:{id(chosen)}",
+        )
+        run = _Run(
+            key=key,
+            node=node,
+            live=live,
+            plan=plan,
+            summarizer=chosen if chosen is not None else self.summarizer_for(config),
+            window=context_window_tokens,
+            compaction_id=compaction_id,
+            trigger_reason=trigger_reason,
+            flush_receipt_status=flush_receipt_status,
+            mutation_context=mutation_context,
+            against_source=against_source,
+            deadline=deadline,
+            total=total,
+        )
+        return await join_flight(self._storage, flight, lambda slot: self._run(slot, run))
+
+    async def _run(self, slot: Flight, run: _Run) -> CompactionResult:
+        """The shared task of one flight: summarise, validate, commit."""
+        plan, key, node, live = run.plan, run.key, run.node, run.live
+        texts, sources = await _bounded(
+            "summarize", self._summarize(plan, run.summarizer), run.deadline, run.total
+        )
         result = finish_compaction(plan, texts, sources)
         if result.removed_count == 0:
             return result
@@ -268,8 +354,8 @@ class Compactor:
         summary = SessionSummary(
             session_id=node.session_id,
             session_key=key,
-            compaction_id=compaction_id or new_compaction_id(),
-            trigger_reason=trigger_reason,
+            compaction_id=run.compaction_id or new_compaction_id(),
+            trigger_reason=run.trigger_reason,
             summary_text=result.summary,
             summary_payload=result.summary_payload,
             summary_format=result.summary_format,
@@ -284,11 +370,20 @@ class Compactor:
             removed_count=result.removed_count,
             kept_count=len(result.kept_entries),
             chunk_count=result.chunks_processed,
-            flush_receipt_status=flush_status(flush_receipt_status),
+            flush_receipt_status=flush_status(run.flush_receipt_status),
             covered_through_id=max(entry.id or 0 for entry in removed),
             created_at=now,
         )
-        async with _entered(mutation_context):
+        async with contextlib.AsyncExitStack() as stack:
+            # Waiting for the caller's lock counts against the deadline; the commit itself,
+            # once begun, runs to its end (a transaction is never abandoned half-way).
+            await _bounded(
+                "commit",
+                stack.enter_async_context(_entered(run.mutation_context)),
+                run.deadline,
+                run.total,
+            )
+            slot.committing = True
             applied = await rewrite_compacted_session(
                 self._storage,
                 key,
@@ -299,7 +394,7 @@ class Compactor:
                 archive_count=len(removed),
                 summary=summary,
                 now=now,
-                allow_appended=self._against_source(mutation_context),
+                allow_appended=run.against_source,
             )
         if applied:
             return result
@@ -315,7 +410,7 @@ class Compactor:
         return result.skipped(
             STALE_PREIMAGE,
             kept_entries=[entry_dict(entry) for entry in current],
-            window=context_window_tokens,
+            window=run.window,
         )
 
     async def persist_compaction_result(

@@ -1,0 +1,162 @@
+"""Single-flight compaction (docs/semantics.md#single-flight, HEAD-FEATURES §5.1).
+
+Concurrent ``compact_with_result`` calls of one session with equal inputs share one run
+(summarise -> validate -> commit) and get the same result object. The inputs are folded
+into a *flight key*; the registry of running flights is kept per storage instance and per
+event loop, and an entry leaves when its task ends.
+
+The first caller starts the shared task; every caller (the first included) awaits it
+through :func:`asyncio.shield`, so cancelling or timing out one caller never cancels the
+run the others wait for. When the last interested caller is cancelled before the commit has
+begun, the run is cancelled (nothing was written); a commit that has begun runs to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import hmac
+import json
+import secrets
+import weakref
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from ..compaction import CompactionConfig, CompactionResult
+from ..models import TranscriptEntry
+from ..storage import SessionStorage
+from .compaction_source import source_preimage
+
+# A per-process random key: a secret that decides the flight (the API key of a config) is
+# folded in only as an HMAC under it, so no key, log or dump ever holds the secret.
+_PROCESS_KEY = secrets.token_bytes(32)
+
+
+def secret_fingerprint(value: str) -> str:
+    """An HMAC-SHA-256 of ``value`` under the per-process key (``""`` stays ``""``)."""
+    if not value:
+        return ""
+    return hmac.new(_PROCESS_KEY, value.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _sha256(value: str | None) -> str | None:
+    return None if value is None else hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def config_fingerprint(config: CompactionConfig) -> dict[str, Any]:
+    """Every knob of ``config``; the API key only as its :func:`secret_fingerprint`."""
+    shown: dict[str, Any] = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        shown[field.name] = secret_fingerprint(value) if field.name == "api_key" else value
+    return shown
+
+
+def flight_key(
+    *,
+    session_key: str,
+    session_id: str,
+    epoch: int,
+    live: Sequence[TranscriptEntry],
+    context_window_tokens: int,
+    config: CompactionConfig,
+    custom_instructions: str | None,
+    flush_receipt_status: str | None,
+    compaction_id: str | None,
+    against_source: bool,
+    summarizer_identity: str,
+) -> str:
+    """The SHA-256 (hex) of everything that decides what a compaction writes.
+
+    ``trigger_reason`` is left out: it is a label, and the owner's is the one stored. An
+    explicit ``compaction_id`` is in: a caller naming its compaction gets that one or its
+    own run, never another caller's summary under a different name.
+    """
+    payload = {
+        "session_key": session_key,
+        "session_id": session_id,
+        "epoch": epoch,
+        "live": source_preimage(live),
+        "context_window_tokens": context_window_tokens,
+        "config": config_fingerprint(config),
+        "custom_instructions": _sha256(custom_instructions),
+        "flush_receipt_status": flush_receipt_status,
+        "compaction_id": compaction_id,
+        "against_source": against_source,
+        "summarizer": summarizer_identity,
+    }
+    encoded = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(eq=False)
+class Flight:
+    """One running compaction and how many callers are waiting for it."""
+
+    task: asyncio.Task[CompactionResult] | None = None
+    callers: int = 0
+    committing: bool = False
+
+
+_Registry = weakref.WeakKeyDictionary[
+    SessionStorage, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Flight]]
+]
+_REGISTRY: _Registry = weakref.WeakKeyDictionary()
+
+
+def running_flights(storage: SessionStorage) -> dict[str, Flight]:
+    """The flights running on ``storage`` in the current event loop, by key."""
+    loop = asyncio.get_running_loop()
+    per_loop = _REGISTRY.get(storage)
+    if per_loop is None:
+        per_loop = weakref.WeakKeyDictionary()
+        _REGISTRY[storage] = per_loop
+    flights = per_loop.get(loop)
+    if flights is None:
+        flights = {}
+        per_loop[loop] = flights
+    return flights
+
+
+async def join_flight(
+    storage: SessionStorage,
+    key: str,
+    start: Callable[[Flight], Coroutine[Any, Any, CompactionResult]],
+) -> CompactionResult:
+    """The result of the flight ``key`` on ``storage``, starting it with ``start`` when no
+    equal flight is running."""
+    flights = running_flights(storage)
+    flight = flights.get(key)
+    if flight is None or flight.task is None or flight.task.done():
+        flight = Flight()
+        task = asyncio.get_running_loop().create_task(start(flight))
+        flight.task = task
+        flights[key] = flight
+
+        def leave(done: asyncio.Task[CompactionResult], flight: Flight = flight) -> None:
+            if flights.get(key) is flight:
+                del flights[key]
+            if not done.cancelled():
+                done.exception()  # retrieved: a run nobody awaits any more logs nothing
+
+        task.add_done_callback(leave)
+    task = flight.task
+    assert task is not None
+    flight.callers += 1
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if flight.callers == 1 and not task.done():
+            if not flight.committing:
+                # Nobody else wants it and nothing was written: a caller arriving from
+                # now on starts a fresh flight rather than join a cancelled one.
+                if flights.get(key) is flight:
+                    del flights[key]
+                task.cancel()
+            # Wait for the run to end (cancelled, or a commit running to its end), so the
+            # store is settled when the cancellation reaches the caller.
+            await asyncio.wait({task})
+        raise
+    finally:
+        flight.callers -= 1
