@@ -20,7 +20,7 @@ from opensquilla.session import (
 )
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.compaction.fallback import fallback_chunk_summary
-from opensquilla.session.usecases import compaction as compaction_usecase
+from opensquilla.session.usecases import compaction_persist
 from opensquilla.session.usecases.compaction_source import source_preimage
 from tests.helpers import table_snapshot
 
@@ -138,7 +138,7 @@ async def test_inline_compaction_preserves_metadata_from_concurrent_suffix_appen
     appended = await manager.get_session(KEY)
     assert appended is not None and appended.total_tokens == 117
     # The commit's clock reads earlier than the append's touch: updated_at must not go back.
-    monkeypatch.setattr(compaction_usecase, "now_ms", lambda: appended.updated_at - 1000)
+    monkeypatch.setattr(compaction_persist, "now_ms", lambda: appended.updated_at - 1000)
 
     assert await install(manager, snapshot) is True
 

@@ -1050,6 +1050,7 @@ USECASE_BEHIND_MANAGER = {
     "repair.mark_flush_receipt_status": "mark_compaction_flush_receipt_status",
     # The shared run of a single flight: the write is compact_with_result's own commit.
     "compaction_flight.join_flight": "compact_with_result",
+    "compaction_persist.persist_compaction_result": "persist_compaction_result",
 }
 
 

@@ -27,9 +27,9 @@ from ..models.reports import DeletionPreview, ResetReport
 from ..models.search import RANK_WINDOW, SearchHit, SearchResults
 from ..storage import SessionStorage
 from ..usecases import context, overview, repair, retention, search
-from ..usecases.compaction import (
+from ..usecases.compaction import Compactor
+from ..usecases.compaction_options import (
     CompactionOptions,
-    Compactor,
     MutationContext,
     PersistSourceOptions,
 )

@@ -3,7 +3,8 @@
 The pure engine (``compaction/``) decides; this module does the I/O around it. The write is
 :func:`.compaction_commit.rewrite_compacted_session`, which re-checks the transcript inside
 its own transaction, so an append that lands while a chunk is being summarised is never
-lost (docs/semantics.md#compaction).
+lost (docs/semantics.md#compaction). A summary the caller already has is stored by
+``compaction_persist.py``; the options both take are in ``compaction_options.py``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from ..compaction import (
     CompactionConfig,
@@ -29,118 +29,36 @@ from ..compaction import (
     normalize_instructions,
     plan_compaction,
 )
-from ..compaction.obligations import check_coverage, extract_obligations
-from ..compaction.payload import build_payload
 from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
 from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
 from ..keys import canonicalize_session_key
 from ..models import (
-    COMPACTION_ID_MAX_LENGTH,
-    INT32_MAX,
     INT64_MAX,
     SessionNode,
     SessionSummary,
     TranscriptEntry,
-    check_integer,
     check_optional_text,
 )
 from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
+from . import compaction_persist
 from .compaction_commit import rewrite_compacted_session
 from .compaction_flight import Flight, flight_key, join_flight
-from .compaction_source import check_source_entries, source_preimage
+from .compaction_options import (
+    CompactionOptions,
+    MutationContext,
+    PersistSourceOptions,
+    check_compaction_options,
+    check_room_for_compaction,
+    entered,
+    flush_status,
+    refuse_unknown,
+)
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
 
 _T = TypeVar("_T")
-MutationContext = Callable[[], AbstractAsyncContextManager[Any]]
-DEGRADED = "degraded_forensic"
-
-
-def flush_status(value: str | None) -> str:
-    """The stored flush-receipt status (docs/semantics.md#repair)."""
-    if not value:
-        return "unknown"
-    return DEGRADED if value == "unsafe" else value
-
-
-def _check_compaction_options(
-    compaction_id: object, trigger_reason: object, flush_receipt_status: object
-) -> None:
-    """The options both compaction paths store: refused before anything is read.
-
-    ``compaction_id`` is stored in the compacted archive too, where it is plain indexed
-    text: an identifier (no NUL) of bounded length.
-    """
-    check_optional_text(
-        "compaction_id", compaction_id, identifier=True, max_length=COMPACTION_ID_MAX_LENGTH
-    )
-    check_optional_text("trigger_reason", trigger_reason)
-    check_optional_text("flush_receipt_status", flush_receipt_status)
-
-
-def _check_room_for_compaction(node: SessionNode) -> None:
-    """``compaction_count`` is a 32-bit column: a compaction that would take it past that is
-    refused (SQLite would store the larger number, Postgres refuse it)."""
-    if node.compaction_count >= INT32_MAX:
-        raise InvalidInputError(
-            f"compaction_count of {node.session_key} is at {node.compaction_count}, the largest "
-            "value it can hold; nothing was written"
-        )
-
-
-@contextlib.asynccontextmanager
-async def _entered(context: MutationContext | None) -> AsyncIterator[None]:
-    if context is None:
-        yield
-        return
-    async with context():
-        yield
-
-
-class PersistOptions(TypedDict, total=False):
-    """What a stored summary records about its compaction (keyword options, declared once
-    for the manager and this use case)."""
-
-    compaction_id: str | None
-    trigger_reason: str | None
-    flush_receipt_status: str | None
-
-
-class PersistSourceOptions(PersistOptions, total=False):
-    """``persist_compaction_result``'s options: the record options and a captured source
-    (docs/semantics.md#compaction-source)."""
-
-    removed_count: int | None
-    source_entries: Sequence[TranscriptEntry] | None
-    source_preimage: str | None
-    source_boundary_message_id: str | None
-    source_boundary_entry_id: int | None
-
-
-SOURCE_ONLY_OPTIONS = (
-    "removed_count",
-    "source_preimage",
-    "source_boundary_message_id",
-    "source_boundary_entry_id",
-)
-
-
-class CompactionOptions(PersistOptions, total=False):
-    """The keyword options of a compaction: the record options, the caller's lock around
-    the read and the commit, and a summariser for this run."""
-
-    mutation_context: MutationContext | None
-    summarizer: Summarizer | None
-
-
-def _refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None:
-    """``**options`` accepts any name at run time: refuse one the options do not declare,
-    as a plain keyword parameter would."""
-    for name in options:
-        if name not in kind.__optional_keys__:
-            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
 
 
 @dataclass(frozen=True)
@@ -248,7 +166,7 @@ class Compactor:
         custom_instructions: str | None = None,
         **options: Unpack[CompactionOptions],
     ) -> CompactionResult:
-        _refuse_unknown("compact_with_result", options, CompactionOptions)
+        refuse_unknown("compact_with_result", options, CompactionOptions)
         compaction_id = options.get("compaction_id")
         trigger_reason = options.get("trigger_reason")
         flush_receipt_status = options.get("flush_receipt_status")
@@ -271,7 +189,7 @@ class Compactor:
             normalize_instructions(custom_instructions)  # refuse bad input before any read
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
-        _check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
+        check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
         if mutation_context is not None and not callable(mutation_context):
             raise InvalidInputError(
                 "mutation_context must be a callable returning a context manager"
@@ -286,7 +204,7 @@ class Compactor:
         deadline = asyncio.get_running_loop().time() + total
 
         async def read() -> tuple[SessionNode, list[TranscriptEntry]]:
-            async with _entered(mutation_context):
+            async with entered(mutation_context):
                 return await self._read(key)
 
         node, live = await _bounded("read", read(), deadline, total)
@@ -348,7 +266,7 @@ class Compactor:
         if not result.summary.strip():
             result.skip_reason = result.skip_reason or EMPTY_SUMMARY
             return result
-        _check_room_for_compaction(node)
+        check_room_for_compaction(node)
         now = now_ms()
         removed = live[: result.removed_count]
         summary = SessionSummary(
@@ -379,7 +297,7 @@ class Compactor:
             # once begun, runs to its end (a transaction is never abandoned half-way).
             await _bounded(
                 "commit",
-                stack.enter_async_context(_entered(run.mutation_context)),
+                stack.enter_async_context(entered(run.mutation_context)),
                 run.deadline,
                 run.total,
             )
@@ -423,210 +341,6 @@ class Compactor:
         """Store a summary the caller already has, with the positional semantics of
         docs/semantics.md#persist, or against a captured source (``source_entries``,
         docs/semantics.md#compaction-source); ``True`` when something was written."""
-        _refuse_unknown("persist_compaction_result", options, PersistSourceOptions)
-        compaction_id = options.get("compaction_id")
-        trigger_reason = options.get("trigger_reason")
-        flush_receipt_status = options.get("flush_receipt_status")
-        check_optional_text("summary", summary)
-        source_entries = options.get("source_entries")
-        if source_entries is not None:
-            return await self._persist_against_source(session_key, summary, source_entries, options)
-        for name in SOURCE_ONLY_OPTIONS:
-            if options.get(name) is not None:
-                raise InvalidInputError(f"{name} is only accepted with source_entries")
-        if not isinstance(kept_entries, list | tuple):
-            raise InvalidInputError(
-                f"kept_entries must be a list of dicts, not {type(kept_entries).__name__}"
-            )
-        for position, wanted in enumerate(kept_entries):
-            if not isinstance(wanted, Mapping):
-                raise InvalidInputError(
-                    f"kept_entries[{position}] must be a dict, not {type(wanted).__name__}"
-                )
-            check_optional_text(
-                f"kept_entries[{position}].role", wanted.get("role"), identifier=True
-            )
-            check_optional_text(f"kept_entries[{position}].content", wanted.get("content"))
-        _check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
-        key = canonicalize_session_key(session_key)
-        node = await self._storage.get_session(key)
-        if node is None:
-            log.warning(
-                "persist_compaction_result: session %s not found",
-                key,
-                extra={"session_key": key, "operation": "persist_compaction_result"},
-            )
-            return False
-        live = await self._storage.get_transcript(node.session_id)
-        removed_count = max(0, len(live) - len(kept_entries))
-        removed, preserved = live[:removed_count], live[removed_count:]
-        if not removed or not (summary or "").strip():
-            # Nothing removed: there is nothing to summarise or archive. No summary: the
-            # removed rows would be lost. Either way, no write.
-            return False
-        _check_room_for_compaction(node)
-        now = now_ms()
-        obligations = extract_obligations(
-            [entry_dict(entry) for entry in removed], [entry.id for entry in removed]
+        return await compaction_persist.persist_compaction_result(
+            self._storage, session_key, summary, kept_entries, options
         )
-        coverage = check_coverage(summary, obligations, blocking=False)
-        record = SessionSummary(
-            session_id=node.session_id,
-            session_key=key,
-            compaction_id=compaction_id or new_compaction_id(),
-            trigger_reason=trigger_reason,
-            summary_text=summary,
-            summary_payload=build_payload(summary, obligations, coverage),
-            summary_format="structured_v1",
-            coverage_status=coverage.status,
-            missing_obligations=list(coverage.missing),
-            critical_carry_forward=list(coverage.carry_forward),
-            removed_count=len(removed),
-            kept_count=len(kept_entries),
-            flush_receipt_status=flush_status(flush_receipt_status),
-            covered_through_id=max((entry.id or 0 for entry in removed), default=0),
-            created_at=now,
-        )
-        drop_ids: list[int] = []
-        new_entries: list[TranscriptEntry] = []
-        for position, wanted in enumerate(kept_entries):
-            role = wanted.get("role") or "user"
-            content = wanted.get("content") or ""
-            if position < len(preserved):
-                row = preserved[position]
-                if row.role == role and row.content == content:
-                    continue  # the live row is kept as it is, id included
-                drop_ids.append(row.id or 0)
-            new_entries.append(
-                TranscriptEntry(
-                    session_id=node.session_id,
-                    session_key=key,
-                    role=role,
-                    content=content,
-                    tool_calls=wanted.get("tool_calls"),
-                    tool_call_id=wanted.get("tool_call_id"),
-                    turn_usage=wanted.get("turn_usage"),
-                    created_at=now,
-                )
-            )
-        applied = await rewrite_compacted_session(
-            self._storage,
-            key,
-            expected_session_id=node.session_id,
-            expected_epoch=node.epoch,
-            expected_live_ids=[entry.id or 0 for entry in live],
-            expected_prefix=live,
-            archive_count=len(removed),
-            summary=record,
-            drop_ids=drop_ids,
-            new_entries=new_entries,
-            now=now,
-        )
-        if not applied:
-            log.warning(
-                "persist_compaction_result for %s not applied: the transcript changed since "
-                "it was read",
-                key,
-                extra={"session_key": key, "operation": "persist_compaction_result"},
-            )
-        return applied
-
-    async def _persist_against_source(
-        self,
-        session_key: str,
-        summary: str,
-        source: object,
-        options: PersistSourceOptions,
-    ) -> bool:
-        """``persist_compaction_result`` with ``source_entries``: archive
-        ``source[:removed_count]``, keep the rest of the source and every row appended
-        after it live with their ids (``kept_entries`` is ignored). ``False``, nothing
-        written, unless the source is non-empty, matches ``source_preimage`` and its
-        boundary ids, and is still the live transcript's prefix at the commit."""
-        entries = check_source_entries("source_entries", source)
-        preimage = options.get("source_preimage")
-        removed_count = options.get("removed_count")
-        boundary_message_id = options.get("source_boundary_message_id")
-        boundary_entry_id = options.get("source_boundary_entry_id")
-        compaction_id = options.get("compaction_id")
-        trigger_reason = options.get("trigger_reason")
-        flush_receipt_status = options.get("flush_receipt_status")
-        check_optional_text("source_preimage", preimage)
-        check_optional_text("source_boundary_message_id", boundary_message_id, identifier=True)
-        if boundary_entry_id is not None:
-            check_integer("source_boundary_entry_id", boundary_entry_id, minimum=-(2**63))
-        _check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
-        key = canonicalize_session_key(session_key)
-        log_extra = {"session_key": key, "operation": "persist_compaction_result"}
-        if (
-            not entries
-            or preimage is None
-            or source_preimage(entries) != preimage
-            or (boundary_message_id is not None and entries[-1].message_id != boundary_message_id)
-            or (boundary_entry_id is not None and entries[-1].id != boundary_entry_id)
-            or isinstance(removed_count, bool)
-            or not isinstance(removed_count, int)
-            or not 0 < removed_count <= len(entries)
-            or not (summary or "").strip()
-        ):
-            log.warning(
-                "persist_compaction_result for %s not applied: the source is empty, does not "
-                "match its preimage or boundary, removes nothing, or the summary is blank",
-                key,
-                extra=log_extra,
-            )
-            return False
-        node = await self._storage.get_session(key)
-        if node is None or any(
-            entry.session_id != node.session_id or entry.id is None for entry in entries
-        ):
-            log.warning(
-                "persist_compaction_result: the source is not of session %s's generation",
-                key,
-                extra=log_extra,
-            )
-            return False
-        _check_room_for_compaction(node)
-        removed, preserved = entries[:removed_count], entries[removed_count:]
-        now = now_ms()
-        obligations = extract_obligations(
-            [entry_dict(entry) for entry in removed], [entry.id for entry in removed]
-        )
-        coverage = check_coverage(summary, obligations, blocking=False)
-        record = SessionSummary(
-            session_id=node.session_id,
-            session_key=key,
-            compaction_id=compaction_id or new_compaction_id(),
-            trigger_reason=trigger_reason,
-            summary_text=summary,
-            summary_payload=build_payload(summary, obligations, coverage),
-            summary_format="structured_v1",
-            coverage_status=coverage.status,
-            missing_obligations=list(coverage.missing),
-            critical_carry_forward=list(coverage.carry_forward),
-            removed_count=len(removed),
-            kept_count=len(preserved),
-            flush_receipt_status=flush_status(flush_receipt_status),
-            covered_through_id=max(entry.id or 0 for entry in removed),
-            created_at=now,
-        )
-        applied = await rewrite_compacted_session(
-            self._storage,
-            key,
-            expected_session_id=node.session_id,
-            expected_epoch=node.epoch,
-            expected_live_ids=[entry.id or 0 for entry in entries],
-            expected_prefix=entries,
-            archive_count=len(removed),
-            summary=record,
-            now=now,
-            allow_appended=True,
-        )
-        if not applied:
-            log.warning(
-                "persist_compaction_result for %s not applied: the captured source is no "
-                "longer the live transcript's prefix",
-                key,
-                extra=log_extra,
-            )
-        return applied

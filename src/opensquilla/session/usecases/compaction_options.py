@@ -1,0 +1,108 @@
+"""What the compaction calls accept and check before they read or write anything: the
+keyword options (declared once for the manager and the use cases), their checks, and the
+caller's lock (docs/semantics.md#compaction, #persist, #repair)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypedDict
+
+from ..compaction import Summarizer
+from ..errors import InvalidInputError
+from ..models import (
+    COMPACTION_ID_MAX_LENGTH,
+    INT32_MAX,
+    SessionNode,
+    TranscriptEntry,
+    check_optional_text,
+)
+
+MutationContext = Callable[[], AbstractAsyncContextManager[Any]]
+DEGRADED = "degraded_forensic"
+
+
+def flush_status(value: str | None) -> str:
+    """The stored flush-receipt status (docs/semantics.md#repair)."""
+    if not value:
+        return "unknown"
+    return DEGRADED if value == "unsafe" else value
+
+
+def check_compaction_options(
+    compaction_id: object, trigger_reason: object, flush_receipt_status: object
+) -> None:
+    """The options both compaction paths store: refused before anything is read.
+
+    ``compaction_id`` is stored in the compacted archive too, where it is plain indexed
+    text: an identifier (no NUL) of bounded length.
+    """
+    check_optional_text(
+        "compaction_id", compaction_id, identifier=True, max_length=COMPACTION_ID_MAX_LENGTH
+    )
+    check_optional_text("trigger_reason", trigger_reason)
+    check_optional_text("flush_receipt_status", flush_receipt_status)
+
+
+def check_room_for_compaction(node: SessionNode) -> None:
+    """``compaction_count`` is a 32-bit column: a compaction that would take it past that is
+    refused (SQLite would store the larger number, Postgres refuse it)."""
+    if node.compaction_count >= INT32_MAX:
+        raise InvalidInputError(
+            f"compaction_count of {node.session_key} is at {node.compaction_count}, the largest "
+            "value it can hold; nothing was written"
+        )
+
+
+@contextlib.asynccontextmanager
+async def entered(context: MutationContext | None) -> AsyncIterator[None]:
+    if context is None:
+        yield
+        return
+    async with context():
+        yield
+
+
+class PersistOptions(TypedDict, total=False):
+    """What a stored summary records about its compaction (keyword options, declared once
+    for the manager and this use case)."""
+
+    compaction_id: str | None
+    trigger_reason: str | None
+    flush_receipt_status: str | None
+
+
+class PersistSourceOptions(PersistOptions, total=False):
+    """``persist_compaction_result``'s options: the record options and a captured source
+    (docs/semantics.md#compaction-source)."""
+
+    removed_count: int | None
+    source_entries: Sequence[TranscriptEntry] | None
+    source_preimage: str | None
+    source_boundary_message_id: str | None
+    source_boundary_entry_id: int | None
+
+
+SOURCE_ONLY_OPTIONS = (
+    "removed_count",
+    "source_preimage",
+    "source_boundary_message_id",
+    "source_boundary_entry_id",
+)
+
+
+class CompactionOptions(PersistOptions, total=False):
+    """The keyword options of a compaction: the record options, the caller's lock around
+    the read and the commit, and a summariser for this run."""
+
+    mutation_context: MutationContext | None
+    summarizer: Summarizer | None
+
+
+def refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None:
+    """``**options`` accepts any name at run time: refuse one the options do not declare,
+    as a plain keyword parameter would."""
+    for name in options:
+        if name not in kind.__optional_keys__:
+            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")

@@ -1,0 +1,250 @@
+"""Storing a summary the caller already has (``persist_compaction_result``): the positional
+path of docs/semantics.md#persist, or against a captured source
+(docs/semantics.md#compaction-source). Both commit through
+:func:`.compaction_commit.rewrite_compacted_session`, which re-checks the transcript inside
+its write transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..compaction import entry_dict
+from ..compaction.obligations import check_coverage, extract_obligations
+from ..compaction.payload import build_payload
+from ..errors import InvalidInputError
+from ..keys import canonicalize_session_key
+from ..models import (
+    SessionNode,
+    SessionSummary,
+    TranscriptEntry,
+    check_integer,
+    check_optional_text,
+)
+from ..storage import SessionStorage
+from ..support.clock import new_compaction_id, now_ms
+from .compaction_commit import rewrite_compacted_session
+from .compaction_options import (
+    SOURCE_ONLY_OPTIONS,
+    PersistOptions,
+    PersistSourceOptions,
+    check_compaction_options,
+    check_room_for_compaction,
+    flush_status,
+    refuse_unknown,
+)
+from .compaction_source import check_source_entries, source_preimage
+
+# The compactor's logger: users configure it by name.
+log = logging.getLogger("opensquilla.session.compactor")
+
+
+def _stored_summary(
+    node: SessionNode,
+    summary: str,
+    removed: Sequence[TranscriptEntry],
+    kept_count: int,
+    options: PersistOptions,
+    now: int,
+) -> SessionSummary:
+    """The summary row of a caller's summary: its obligations and coverage checked against
+    the removed rows (never blocking), stored as ``structured_v1``."""
+    obligations = extract_obligations(
+        [entry_dict(entry) for entry in removed], [entry.id for entry in removed]
+    )
+    coverage = check_coverage(summary, obligations, blocking=False)
+    return SessionSummary(
+        session_id=node.session_id,
+        session_key=node.session_key,
+        compaction_id=options.get("compaction_id") or new_compaction_id(),
+        trigger_reason=options.get("trigger_reason"),
+        summary_text=summary,
+        summary_payload=build_payload(summary, obligations, coverage),
+        summary_format="structured_v1",
+        coverage_status=coverage.status,
+        missing_obligations=list(coverage.missing),
+        critical_carry_forward=list(coverage.carry_forward),
+        removed_count=len(removed),
+        kept_count=kept_count,
+        flush_receipt_status=flush_status(options.get("flush_receipt_status")),
+        covered_through_id=max((entry.id or 0 for entry in removed), default=0),
+        created_at=now,
+    )
+
+
+def _check_options(options: PersistOptions) -> None:
+    check_compaction_options(
+        options.get("compaction_id"),
+        options.get("trigger_reason"),
+        options.get("flush_receipt_status"),
+    )
+
+
+async def persist_compaction_result(
+    storage: SessionStorage,
+    session_key: str,
+    summary: str,
+    kept_entries: Sequence[Mapping[str, Any]],
+    options: PersistSourceOptions,
+) -> bool:
+    """Store a summary the caller already has; ``True`` when something was written."""
+    refuse_unknown("persist_compaction_result", options, PersistSourceOptions)
+    check_optional_text("summary", summary)
+    source_entries = options.get("source_entries")
+    if source_entries is not None:
+        return await _persist_against_source(storage, session_key, summary, source_entries, options)
+    for name in SOURCE_ONLY_OPTIONS:
+        if options.get(name) is not None:
+            raise InvalidInputError(f"{name} is only accepted with source_entries")
+    if not isinstance(kept_entries, list | tuple):
+        raise InvalidInputError(
+            f"kept_entries must be a list of dicts, not {type(kept_entries).__name__}"
+        )
+    for position, wanted in enumerate(kept_entries):
+        if not isinstance(wanted, Mapping):
+            raise InvalidInputError(
+                f"kept_entries[{position}] must be a dict, not {type(wanted).__name__}"
+            )
+        check_optional_text(f"kept_entries[{position}].role", wanted.get("role"), identifier=True)
+        check_optional_text(f"kept_entries[{position}].content", wanted.get("content"))
+    _check_options(options)
+    key = canonicalize_session_key(session_key)
+    node = await storage.get_session(key)
+    if node is None:
+        log.warning(
+            "persist_compaction_result: session %s not found",
+            key,
+            extra={"session_key": key, "operation": "persist_compaction_result"},
+        )
+        return False
+    live = await storage.get_transcript(node.session_id)
+    removed_count = max(0, len(live) - len(kept_entries))
+    removed, preserved = live[:removed_count], live[removed_count:]
+    if not removed or not (summary or "").strip():
+        # Nothing removed: there is nothing to summarise or archive. No summary: the
+        # removed rows would be lost. Either way, no write.
+        return False
+    check_room_for_compaction(node)
+    now = now_ms()
+    record = _stored_summary(node, summary, removed, len(kept_entries), options, now)
+    drop_ids: list[int] = []
+    new_entries: list[TranscriptEntry] = []
+    for position, wanted in enumerate(kept_entries):
+        role = wanted.get("role") or "user"
+        content = wanted.get("content") or ""
+        if position < len(preserved):
+            row = preserved[position]
+            if row.role == role and row.content == content:
+                continue  # the live row is kept as it is, id included
+            drop_ids.append(row.id or 0)
+        new_entries.append(
+            TranscriptEntry(
+                session_id=node.session_id,
+                session_key=key,
+                role=role,
+                content=content,
+                tool_calls=wanted.get("tool_calls"),
+                tool_call_id=wanted.get("tool_call_id"),
+                turn_usage=wanted.get("turn_usage"),
+                created_at=now,
+            )
+        )
+    applied = await rewrite_compacted_session(
+        storage,
+        key,
+        expected_session_id=node.session_id,
+        expected_epoch=node.epoch,
+        expected_live_ids=[entry.id or 0 for entry in live],
+        expected_prefix=live,
+        archive_count=len(removed),
+        summary=record,
+        drop_ids=drop_ids,
+        new_entries=new_entries,
+        now=now,
+    )
+    if not applied:
+        log.warning(
+            "persist_compaction_result for %s not applied: the transcript changed since "
+            "it was read",
+            key,
+            extra={"session_key": key, "operation": "persist_compaction_result"},
+        )
+    return applied
+
+
+async def _persist_against_source(
+    storage: SessionStorage,
+    session_key: str,
+    summary: str,
+    source: object,
+    options: PersistSourceOptions,
+) -> bool:
+    """``persist_compaction_result`` with ``source_entries``: archive
+    ``source[:removed_count]``, keep the rest of the source and every row appended after it
+    live with their ids (``kept_entries`` is ignored). ``False``, nothing written, unless
+    the source is non-empty, matches ``source_preimage`` and its boundary ids, and is still
+    the live transcript's prefix at the commit."""
+    entries = check_source_entries("source_entries", source)
+    preimage = options.get("source_preimage")
+    removed_count = options.get("removed_count")
+    boundary_message_id = options.get("source_boundary_message_id")
+    boundary_entry_id = options.get("source_boundary_entry_id")
+    check_optional_text("source_preimage", preimage)
+    check_optional_text("source_boundary_message_id", boundary_message_id, identifier=True)
+    if boundary_entry_id is not None:
+        check_integer("source_boundary_entry_id", boundary_entry_id, minimum=-(2**63))
+    _check_options(options)
+    key = canonicalize_session_key(session_key)
+    log_extra = {"session_key": key, "operation": "persist_compaction_result"}
+    if (
+        not entries
+        or preimage is None
+        or source_preimage(entries) != preimage
+        or (boundary_message_id is not None and entries[-1].message_id != boundary_message_id)
+        or (boundary_entry_id is not None and entries[-1].id != boundary_entry_id)
+        or isinstance(removed_count, bool)
+        or not isinstance(removed_count, int)
+        or not 0 < removed_count <= len(entries)
+        or not (summary or "").strip()
+    ):
+        log.warning(
+            "persist_compaction_result for %s not applied: the source is empty, does not "
+            "match its preimage or boundary, removes nothing, or the summary is blank",
+            key,
+            extra=log_extra,
+        )
+        return False
+    node = await storage.get_session(key)
+    if node is None or any(
+        entry.session_id != node.session_id or entry.id is None for entry in entries
+    ):
+        log.warning(
+            "persist_compaction_result: the source is not of session %s's generation",
+            key,
+            extra=log_extra,
+        )
+        return False
+    check_room_for_compaction(node)
+    removed, preserved = entries[:removed_count], entries[removed_count:]
+    now = now_ms()
+    applied = await rewrite_compacted_session(
+        storage,
+        key,
+        expected_session_id=node.session_id,
+        expected_epoch=node.epoch,
+        expected_live_ids=[entry.id or 0 for entry in entries],
+        expected_prefix=entries,
+        archive_count=len(removed),
+        summary=_stored_summary(node, summary, removed, len(preserved), options, now),
+        now=now,
+        allow_appended=True,
+    )
+    if not applied:
+        log.warning(
+            "persist_compaction_result for %s not applied: the captured source is no "
+            "longer the live transcript's prefix",
+            key,
+            extra=log_extra,
+        )
+    return applied
