@@ -129,6 +129,11 @@ def test_row_hash_reproduces_the_manifest_before_adoption(legacy: Fixture) -> No
             assert _count(db, table) == spec["row_count"], table
 
 
+def _fts_settings(db: sqlite3.Connection) -> dict[str, object]:
+    """The FTS5 settings of ``transcript_fts`` besides the format ``version`` row."""
+    return dict(db.execute("SELECT k, v FROM transcript_fts_config WHERE k <> 'version'"))
+
+
 async def test_adoption_keeps_every_row_trigger_and_counter(legacy: Fixture) -> None:
     """``connect()`` brings the file to head in place: every listed column of every row is
     unchanged, the other tables too, the older store's triggers survive and the id
@@ -153,6 +158,10 @@ async def test_adoption_keeps_every_row_trigger_and_counter(legacy: Fixture) -> 
             got = rows_sha256(db, table, spec["columns"], spec["primary_key"])
             assert got == spec["rows_sha256"], table
         for table, count in manifest["other_table_row_counts"].items():
+            if table == "transcript_fts_config":
+                # Revision 0004 adds its one setting to the older store's own rows.
+                assert _fts_settings(db) == {"hashsize": 65536}, table
+                count += 1
             assert _count(db, table) == count, table
         triggers_after = _triggers(db)
         assert {name: triggers_after.get(name) for name in LEGACY_TRIGGERS} == {
