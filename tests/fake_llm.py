@@ -4,7 +4,8 @@ and records each one's ``Authorization`` header, model and body.
 
 What it does on each call is scripted: ``script`` is consumed one behaviour per call
 (``"answer"``, ``"error"`` (HTTP ``status``), ``"hang"``: never answers until the test ends,
-so a client timeout is certain, not a race), then ``default`` for the rest. Use it as a
+so a client timeout is certain, not a race; ``"hold"``: answers once the test sets ``gate``),
+then ``default`` for the rest. Use it as a
 context manager; leaving it releases every hanging request and stops the server.
 """
 
@@ -40,6 +41,7 @@ class FakeLLM:
     status: int = 500
     calls: list[Call] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    gate: threading.Event = field(default_factory=threading.Event)
     _release: threading.Event = field(default_factory=threading.Event)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -88,6 +90,10 @@ class FakeLLM:
                 elif behaviour == "hang":
                     fake._release.wait(60)
                     self._send(200, {"choices": [{"message": {"content": "too late"}}]})
+                elif behaviour == "hold":
+                    fake.gate.wait(60)
+                    text = fake.reply.format(n=number)
+                    self._send(200, {"choices": [{"message": {"content": text}}]})
                 elif behaviour == "error":
                     self._send(fake.status, {"error": {"message": "upstream exploded"}})
                 else:
@@ -113,6 +119,7 @@ class FakeLLM:
 
     def __exit__(self, *exc: object) -> None:
         self._release.set()
+        self.gate.set()
         assert self._server is not None and self._thread is not None
         self._server.shutdown()
         self._server.server_close()

@@ -66,8 +66,9 @@ async def seed(manager: SessionManager, count: int = 6) -> list[str]:
 async def test_two_compactions_mid_summary_only_one_commits(
     managers: list[SessionManager],
 ) -> None:
-    """Both read the same transcript and are summarising at once; the second commit finds
-    the transcript changed and writes nothing."""
+    """Without the cross-process lease (``lease_seconds=0``) both read the same transcript
+    and are summarising at once; the second commit finds the transcript changed and writes
+    nothing. (With the lease, the default, the second waits: test_compaction_lease.py.)"""
     first, second, reader = managers
     appended = await seed(first)
     both_summarising = asyncio.Event()
@@ -80,9 +81,10 @@ async def test_two_compactions_mid_summary_only_one_commits(
             both_summarising.set()
         await asyncio.wait_for(both_summarising.wait(), WAIT)
 
+    unleased = CompactionConfig(lease_seconds=0)
     results = await asyncio.gather(
-        first.compact_with_result(KEY, 1000, summarizer=HookedSummarizer(rendezvous)),
-        second.compact_with_result(KEY, 1000, summarizer=HookedSummarizer(rendezvous)),
+        first.compact_with_result(KEY, 1000, unleased, summarizer=HookedSummarizer(rendezvous)),
+        second.compact_with_result(KEY, 1000, unleased, summarizer=HookedSummarizer(rendezvous)),
     )
 
     assert arrived == 2

@@ -26,6 +26,7 @@ from tests.helpers import table_snapshot
 KEY = "agent:main:single-flight"
 WINDOW = 1000
 WAIT = 120.0  # a hang guard: every wait below is for something the other side must do
+UNLEASED = CompactionConfig(lease_seconds=0)  # in-process flights only
 
 
 class BlockingSummarizer:
@@ -131,9 +132,9 @@ async def test_two_managers_over_one_storage_share_the_flight(
 
 
 async def test_separate_storages_run_separate_flights(database: str) -> None:
-    """Another storage instance is another registry: both summarise, one commits and the
-    other finds its source compacted (the cross-process case is a database lease, not
-    this registry)."""
+    """Another storage instance is another registry: without the database lease
+    (``lease_seconds=0``) both summarise, one commits and the other finds its source
+    compacted. (With the lease they take turns: test_compaction_lease.py.)"""
     stores = [SessionStorage(database) for _ in range(2)]
     for store in stores:
         await store.connect()
@@ -142,7 +143,7 @@ async def test_separate_storages_run_separate_flights(database: str) -> None:
         await seed(managers[0])
         summarizer = BlockingSummarizer()
         calls = [
-            asyncio.create_task(m.compact_with_result(KEY, WINDOW, summarizer=summarizer))
+            asyncio.create_task(m.compact_with_result(KEY, WINDOW, UNLEASED, summarizer=summarizer))
             for m in managers
         ]
         await until(lambda: summarizer.runs == 2)
@@ -220,20 +221,23 @@ async def test_cancelling_the_only_caller_before_the_commit_writes_nothing(
 
 def _different(
     variant: str, summarizer: BlockingSummarizer
-) -> tuple[int, CompactionConfig | None, str | None, dict[str, Any]]:
-    """The second call's arguments: equal to the first's except in ``variant``."""
+) -> tuple[int, CompactionConfig, str | None, dict[str, Any]]:
+    """The second call's arguments: equal to the first's except in ``variant`` (both
+    without the database lease, under which different flights of one session take turns:
+    test_compaction_lease.py)."""
     if variant == "window":
-        return WINDOW - 100, None, None, {"summarizer": summarizer}
+        return WINDOW - 100, UNLEASED, None, {"summarizer": summarizer}
     if variant == "summarizer":
-        return WINDOW, None, None, {"summarizer": BlockingSummarizer(summarizer.gate)}
+        return WINDOW, UNLEASED, None, {"summarizer": BlockingSummarizer(summarizer.gate)}
     if variant == "instructions":
-        return WINDOW, None, "keep the numbers", {"summarizer": summarizer}
+        return WINDOW, UNLEASED, "keep the numbers", {"summarizer": summarizer}
     if variant == "config":
-        return WINDOW, CompactionConfig(safety_margin=1.3), None, {"summarizer": summarizer}
+        other = CompactionConfig(safety_margin=1.3, lease_seconds=0)
+        return WINDOW, other, None, {"summarizer": summarizer}
     if variant == "flush_receipt_status":
-        return WINDOW, None, None, {"summarizer": summarizer, "flush_receipt_status": "ok"}
+        return WINDOW, UNLEASED, None, {"summarizer": summarizer, "flush_receipt_status": "ok"}
     assert variant == "compaction_id"
-    return WINDOW, None, None, {"summarizer": summarizer, "compaction_id": "cmp-explicit"}
+    return WINDOW, UNLEASED, None, {"summarizer": summarizer, "compaction_id": "cmp-explicit"}
 
 
 @pytest.mark.parametrize(
@@ -248,7 +252,9 @@ async def test_different_inputs_run_separate_flights(
     window, config, instructions, options = _different(variant, summarizer)
     second = options["summarizer"]
     calls = [
-        asyncio.create_task(manager.compact_with_result(KEY, WINDOW, summarizer=summarizer)),
+        asyncio.create_task(
+            manager.compact_with_result(KEY, WINDOW, UNLEASED, summarizer=summarizer)
+        ),
         asyncio.create_task(
             manager.compact_with_result(KEY, window, config, instructions, **options)
         ),
@@ -270,7 +276,8 @@ async def test_total_timeout_raises_and_writes_nothing(
     await seed(manager)
     before = await table_snapshot(storage)
     summarizer = BlockingSummarizer()  # its gate is never set: only the bound ends the call
-    config = CompactionConfig(total_timeout_seconds=0.05)
+    # Long enough for the read and the lease on a busy machine; the summariser never ends.
+    config = CompactionConfig(total_timeout_seconds=2.0)
     calls = [
         asyncio.create_task(manager.compact_with_result(KEY, WINDOW, config, summarizer=summarizer))
         for _ in range(2)
@@ -279,7 +286,7 @@ async def test_total_timeout_raises_and_writes_nothing(
     for outcome in outcomes:
         assert isinstance(outcome, CompactionTimeoutError)
         assert isinstance(outcome, TimeoutError)
-        assert outcome.phase == "summarize" and outcome.timeout == 0.05
+        assert outcome.phase == "summarize" and outcome.timeout == 2.0
     assert outcomes[0] is outcomes[1]  # one shared run timed out once
     assert summarizer.calls == 1  # the first chunk was still waiting when the bound hit
     assert running_flights(storage) == {}

@@ -39,7 +39,7 @@ def _without_fts_internals(state: dict[str, Any]) -> dict[str, Any]:
 async def test_head_bounds_the_pending_data_of_both_indexes(
     backend: _Backend, database: str
 ) -> None:
-    assert await version_rows(backend, database) == ["0004"]
+    assert await version_rows(backend, database) == list(migrate.head_revisions())
     if backend.is_postgres:
         return  # nothing to bound: see the round trip below
     assert _settings(database) == {index: {"hashsize": 65536} for index in INDEXES}

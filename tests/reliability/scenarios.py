@@ -113,6 +113,7 @@ class Template:
     sequences: list[tuple[str, int, bool]] | None = None
 
 
+LEASE_TABLE = "compaction_leases"  # coordination state beside the five tables
 TABLES = (
     "sessions",
     "transcript_entries",
@@ -177,7 +178,9 @@ class Templates:
         conn = await asyncpg.connect(asyncpg_dsn(template.work_target))
         try:
             async with conn.transaction():
-                await conn.execute(f"TRUNCATE {', '.join(TABLES)}")
+                # The compaction lease too: a finished run's record would answer the next
+                # attempt's equal compaction.
+                await conn.execute(f"TRUNCATE {', '.join((*TABLES, LEASE_TABLE))}")
                 for table, (columns, records) in template.rows.items():
                     if records:
                         await conn.copy_records_to_table(table, records=records, columns=columns)
@@ -221,6 +224,14 @@ def is_write(statement: str) -> bool:
     if head in ("INSERT", "UPDATE", "DELETE"):
         return True
     return head == "WITH" and any(w.upper() in ("INSERT", "UPDATE", "DELETE") for w in words)
+
+
+def is_session_write(statement: str) -> bool:
+    """A write to the session's data: :func:`is_write`, except the compaction lease's.
+    The lease is coordination state, written around an operation rather than in it (a
+    failed run gives it up afterwards, and a failure to record a finished run is only
+    logged); its failures are tested in tests/compaction/test_compaction_lease.py."""
+    return is_write(statement) and LEASE_TABLE not in statement
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """A crash at every write statement of every multi-row operation changes nothing.
 
 For each operation, a successful run on a clone of a populated store counts its write
-statements (INSERT, UPDATE, DELETE). Then, for every k of that count, a fresh clone of the
-same store runs the operation with the k-th write raising an exception of the test's own:
+statements (INSERT, UPDATE, DELETE; the compaction lease's aside). Then, for every k of that
+count, a fresh clone of the same store runs the operation with the k-th write raising an
+exception of the test's own:
 the caller gets exactly that exception, every table is exactly as before, no reset
 archive (not even a temporary file) is left, and the store then runs the operation fine.
 """
@@ -17,7 +18,7 @@ import pytest
 from opensquilla.session import SessionManager, SessionStorage
 from tests.helpers import table_snapshot
 
-from .scenarios import OPERATIONS, Template, Templates, is_write, listening
+from .scenarios import OPERATIONS, Template, Templates, is_session_write, listening
 
 CRASHED = (
     "reset",
@@ -46,7 +47,7 @@ async def _count_writes(templates: Templates, template: Template, name: str) -> 
         writes: list[str] = []
 
         def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if is_write(statement):
+            if is_session_write(statement):
                 writes.append(" ".join(statement.split())[:60])
 
         with listening(storage, "before_cursor_execute", record):
@@ -67,7 +68,7 @@ async def _crash_at(
         seen: list[str] = []
 
         def crash_at_k(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if is_write(statement):
+            if is_session_write(statement):
                 seen.append(" ".join(statement.split())[:60])
                 if len(seen) == k:
                     raise crash

@@ -48,6 +48,9 @@ from opensquilla.session.usecases import retention
 from .support import HANG_GUARD
 
 ARCHIVE_DIR_ENV = "OPENSQUILLA_SESSION_ARCHIVE_DIR"
+# The racing compactors summarise at the same time on purpose, to exercise the commit's
+# checks: without the cross-process lease, which would make them take turns.
+UNLEASED = CompactionConfig(lease_seconds=0)
 
 
 class RendezvousError(RuntimeError):
@@ -425,6 +428,7 @@ async def _racing_compactor(
                 result = await manager.compact_with_result(
                     key,
                     window,
+                    UNLEASED,
                     compaction_id=compaction_id,
                     summarizer=HookedSummarizer(hold_until_overtaken),
                 )
@@ -464,7 +468,7 @@ async def _rendezvous_compactor(
             )
             compaction_id = f"cmp-{worker}-0"
             result = await manager.compact_with_result(
-                key, window, compaction_id=compaction_id, summarizer=summarizer
+                key, window, UNLEASED, compaction_id=compaction_id, summarizer=summarizer
             )
             results.append(_compaction_record(compaction_id, result, True))
             if summarizer.calls == 0:

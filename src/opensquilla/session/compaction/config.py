@@ -37,6 +37,10 @@ class CompactionConfig:
     # The bound of one whole compaction (read, summarise, commit), in seconds; past it the
     # call raises CompactionTimeoutError and writes nothing (docs/semantics.md#single-flight).
     total_timeout_seconds: float = 120.0
+    # Workers in other processes compacting the same session wait for the one holding the
+    # session's lease in the database; a holder that stops renewing it (a crash) loses it
+    # this many seconds after its last renewal. 0: no lease, processes do not coordinate.
+    lease_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -52,6 +56,7 @@ class CompactionConfig:
             "safety_margin",
             "timeout_seconds",
             "total_timeout_seconds",
+            "lease_seconds",
         ):
             _finite(name, getattr(self, name))
         if not 0 < self.base_chunk_ratio <= 1:
@@ -65,6 +70,10 @@ class CompactionConfig:
         for name in ("safety_margin", "timeout_seconds", "total_timeout_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive, not {getattr(self, name)!r}")
+        if self.lease_seconds < 0:
+            raise ConfigurationError(
+                f"lease_seconds must be 0 (no lease) or positive, not {self.lease_seconds!r}"
+            )
         _integer("default_parts", self.default_parts, minimum=1)
         _integer("protected_recent_messages", self.protected_recent_messages, minimum=0)
         policy = self.identifier_policy

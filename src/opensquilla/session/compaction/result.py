@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .config import CompactionConfig
@@ -69,3 +70,23 @@ class CompactionResult:
             remaining_budget_tokens=max(window - self.tokens_before, 0),
             skip_reason=reason,
         )
+
+
+_DOCUMENT_FIELDS = tuple(f.name for f in fields(CompactionResult) if f.name != "kept_entries")
+
+
+def result_document(result: CompactionResult) -> str:
+    """``result`` as JSON text without its kept entries (what another worker needs to
+    answer an equal compaction; the kept entries it reads from the transcript itself)."""
+    document = asdict(result)
+    del document["kept_entries"]
+    return json.dumps(document, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def result_from_document(text: str, kept_entries: list[dict[str, Any]]) -> CompactionResult:
+    """The result :func:`result_document` wrote, with ``kept_entries``."""
+    document = json.loads(text)
+    return CompactionResult(
+        kept_entries=kept_entries,
+        **{name: document[name] for name in _DOCUMENT_FIELDS if name in document},
+    )

@@ -2,8 +2,9 @@
 
 ``async with uow.write() as tx:`` gives a :class:`Transaction` whose repositories
 (``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states``, ``tx.overview``,
-``tx.rows``) all run on that one connection; repositories never commit, the unit of work
-does. A use case opens the unit of work it needs and decides what it holds.
+``tx.rows``, ``tx.search``, ``tx.leases``) all run on that one connection; repositories
+never commit, the unit of work does. A use case opens the unit of work it needs and
+decides what it holds.
 
 * ``write()``: all-or-nothing; every statement inside commits together or not at all. On
   SQLite it begins with ``BEGIN IMMEDIATE`` (the write lock up front, so it never fails
@@ -32,6 +33,7 @@ from ..errors import DatabaseUnavailableError
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import translated_errors
+from .repos.compaction_leases import LeaseRepository
 from .repos.context_states import ContextStateRepository
 from .repos.overview import OverviewRepository
 from .repos.search import SearchRepository
@@ -44,7 +46,16 @@ from .repos.transfer import TransferRepository
 class Transaction:
     """The repositories of one unit of work, bound to its connection."""
 
-    __slots__ = ("overview", "rows", "search", "sessions", "states", "summaries", "transcript")
+    __slots__ = (
+        "leases",
+        "overview",
+        "rows",
+        "search",
+        "sessions",
+        "states",
+        "summaries",
+        "transcript",
+    )
 
     def __init__(self, conn: AsyncConnection) -> None:
         self.sessions = SessionRepository(conn)
@@ -54,6 +65,7 @@ class Transaction:
         self.overview = OverviewRepository(conn)
         self.rows = TransferRepository(conn)
         self.search = SearchRepository(conn)
+        self.leases = LeaseRepository(conn)
 
 
 class UnitOfWork:

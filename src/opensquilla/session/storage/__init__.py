@@ -14,13 +14,18 @@ from __future__ import annotations
 
 from ..errors import StaleEpochError
 from .history import HistoryRowOperations
+from .leases import CompactionLeaseOperations
 from .lifecycle import StorageLifecycle, StorageNotConnectedError
 from .search import SearchOperations
 from .sessions import SessionRowOperations
 
 
 class SessionStorage(
-    SessionRowOperations, HistoryRowOperations, SearchOperations, StorageLifecycle
+    SessionRowOperations,
+    HistoryRowOperations,
+    SearchOperations,
+    CompactionLeaseOperations,
+    StorageLifecycle,
 ):
     """The durable store: SQLite (``":memory:"``, a path) or PostgreSQL (a URL)."""
 

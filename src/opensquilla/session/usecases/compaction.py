@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from ..compaction import (
     plan_compaction,
 )
 from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
+from ..compaction.result import result_from_document
 from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
 from ..keys import canonicalize_session_key
 from ..models import (
@@ -44,6 +46,7 @@ from ..support.clock import new_compaction_id, now_ms
 from . import compaction_persist
 from .compaction_commit import rewrite_compacted_session
 from .compaction_flight import Flight, flight_key, join_flight
+from .compaction_lease import HeldLease, Replan, take_lease
 from .compaction_options import (
     CompactionOptions,
     MutationContext,
@@ -76,6 +79,7 @@ class _Run:
     flush_receipt_status: str | None
     mutation_context: MutationContext | None
     against_source: bool
+    lease_key: str | None  # None: no cross-process lease (lease_seconds == 0)
     deadline: float
     total: float
 
@@ -207,55 +211,127 @@ class Compactor:
             async with entered(mutation_context):
                 return await self._read(key)
 
-        node, live = await _bounded("read", read(), deadline, total)
-        request = CompactionRequest(
-            session_id=node.session_id,
-            entries=[entry_dict(entry) for entry in live],
-            context_window_tokens=context_window_tokens,
-            config=config,
-            custom_instructions=custom_instructions,
-            entry_ids=[entry.id for entry in live],
-        )
-        plan = plan_compaction(request)
-        if plan.skipped is not None:
-            return plan.skipped
         chosen = summarizer if summarizer is not None else self._summarizer
         against_source = self._against_source(mutation_context)
-        flight = flight_key(
-            session_key=key,
-            session_id=node.session_id,
-            epoch=node.epoch,
-            live=live,
-            context_window_tokens=context_window_tokens,
-            config=config,
-            custom_instructions=custom_instructions,
-            flush_receipt_status=flush_receipt_status,
-            compaction_id=compaction_id,
-            against_source=against_source,
-            # In-process only: the object itself is held by the running flight, so its id
-            # cannot be reused while the entry exists. None: chosen from the config, which
-            # the key already holds (its API key as an HMAC).
-            summarizer_identity="default" if chosen is None else f"object:{id(chosen)}",
-        )
-        run = _Run(
-            key=key,
-            node=node,
-            live=live,
-            plan=plan,
-            summarizer=chosen if chosen is not None else self.summarizer_for(config),
-            window=context_window_tokens,
-            compaction_id=compaction_id,
-            trigger_reason=trigger_reason,
-            flush_receipt_status=flush_receipt_status,
-            mutation_context=mutation_context,
-            against_source=against_source,
-            deadline=deadline,
-            total=total,
-        )
-        return await join_flight(self._storage, flight, lambda slot: self._run(slot, run))
+        while True:
+            node, live = await _bounded("read", read(), deadline, total)
+            request = CompactionRequest(
+                session_id=node.session_id,
+                entries=[entry_dict(entry) for entry in live],
+                context_window_tokens=context_window_tokens,
+                config=config,
+                custom_instructions=custom_instructions,
+                entry_ids=[entry.id for entry in live],
+            )
+            plan = plan_compaction(request)
+            if plan.skipped is not None:
+                return plan.skipped
+            inputs: dict[str, Any] = {
+                "session_key": key,
+                "session_id": node.session_id,
+                "epoch": node.epoch,
+                "live": live,
+                "context_window_tokens": context_window_tokens,
+                "config": config,
+                "custom_instructions": custom_instructions,
+                "flush_receipt_status": flush_receipt_status,
+                "compaction_id": compaction_id,
+                "against_source": against_source,
+            }
+            flight = flight_key(
+                **inputs,
+                # In-process only: the object itself is held by the running flight, so its
+                # id cannot be reused while the entry exists. None: chosen from the config,
+                # which the key already holds (its API key as an HMAC).
+                summarizer_identity="default" if chosen is None else f"object:{id(chosen)}",
+            )
+            lease_key = None
+            if config.lease_seconds > 0:
+                identity = "default"
+                if chosen is not None:
+                    identity = f"class:{type(chosen).__module__}.{type(chosen).__qualname__}"
+                lease_key = flight_key(**inputs, summarizer_identity=identity, portable=True)
+            run = _Run(
+                key=key,
+                node=node,
+                live=live,
+                plan=plan,
+                summarizer=chosen if chosen is not None else self.summarizer_for(config),
+                window=context_window_tokens,
+                compaction_id=compaction_id,
+                trigger_reason=trigger_reason,
+                flush_receipt_status=flush_receipt_status,
+                mutation_context=mutation_context,
+                against_source=against_source,
+                lease_key=lease_key,
+                deadline=deadline,
+                total=total,
+            )
+            try:
+                return await join_flight(
+                    self._storage, flight, functools.partial(self._run, run=run)
+                )
+            except Replan:
+                continue  # another worker compacted the session meanwhile: plan again
 
-    async def _run(self, slot: Flight, run: _Run) -> CompactionResult:
-        """The shared task of one flight: summarise, validate, commit."""
+    async def _run(self, slot: Flight, *, run: _Run) -> CompactionResult:
+        """The shared task of one flight: under the session's lease (when on), summarise,
+        validate, commit."""
+        if run.lease_key is None:
+            return await self._compact(slot, run)
+        taken = await self._take_lease(run, accept_result=True)
+        if isinstance(taken, str):  # an equal run in another worker finished: its result
+            received = await self._received(run, taken)
+            if received is not None:
+                return received
+            taken = await self._take_lease(run, accept_result=False)
+        assert isinstance(taken, HeldLease)
+        return await self._compact_holding(slot, run, taken)
+
+    async def _take_lease(self, run: _Run, *, accept_result: bool) -> HeldLease | str:
+        assert run.lease_key is not None
+        taking = take_lease(
+            self._storage,
+            session_key=run.key,
+            session_id=run.node.session_id,
+            lease_key=run.lease_key,
+            lease_seconds=run.plan.config.lease_seconds,
+            accept_result=accept_result,
+        )
+        return await _bounded("lease", taking, run.deadline, run.total)
+
+    async def _received(self, run: _Run, document: str) -> CompactionResult | None:
+        """Another worker's result for these inputs, with the live rows as they now are;
+        ``None`` when a commit it reports does not show in the session row (the database
+        is not the one it wrote to, say a restored backup: this run compacts itself)."""
+        try:
+            node, current = await self._read(run.key)
+        except SessionNotFoundError:
+            return result_from_document(document, [])
+        result = result_from_document(document, [entry_dict(entry) for entry in current])
+        committed = result.removed_count > 0 and result.skip_reason is None
+        if committed and node.compaction_count <= run.node.compaction_count:
+            return None
+        return result
+
+    async def _compact_holding(self, slot: Flight, run: _Run, lease: HeldLease) -> CompactionResult:
+        try:
+            now = await self._storage.get_session(run.key)
+            if now is None or (now.session_id, now.epoch, now.compaction_count) != (
+                run.node.session_id,
+                run.node.epoch,
+                run.node.compaction_count,
+            ):
+                raise Replan  # compacted (or reset) between the read and the lease
+            result = await self._compact(slot, run)
+        except BaseException:
+            await asyncio.shield(lease.release())
+            raise
+        await asyncio.shield(lease.finish(result))
+        return result
+
+    async def _compact(self, slot: Flight, run: _Run) -> CompactionResult:
+        """Summarise, validate, commit."""
         plan, key, node, live = run.plan, run.key, run.node, run.live
         texts, sources = await _bounded(
             "summarize", self._summarize(plan, run.summarizer), run.deadline, run.total

@@ -44,12 +44,17 @@ def _sha256(value: str | None) -> str | None:
     return None if value is None else hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
-def config_fingerprint(config: CompactionConfig) -> dict[str, Any]:
-    """Every knob of ``config``; the API key only as its :func:`secret_fingerprint`."""
+def config_fingerprint(config: CompactionConfig, *, portable: bool = False) -> dict[str, Any]:
+    """Every knob of ``config``; the API key only as its :func:`secret_fingerprint`, or
+    (``portable``: the same in every process) not at all."""
     shown: dict[str, Any] = {}
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        shown[field.name] = secret_fingerprint(value) if field.name == "api_key" else value
+        if field.name == "api_key":
+            if portable:
+                continue
+            value = secret_fingerprint(value)
+        shown[field.name] = value
     return shown
 
 
@@ -66,12 +71,16 @@ def flight_key(
     compaction_id: str | None,
     against_source: bool,
     summarizer_identity: str,
+    portable: bool = False,
 ) -> str:
     """The SHA-256 (hex) of everything that decides what a compaction writes.
 
     ``trigger_reason`` is left out: it is a label, and the owner's is the one stored. An
     explicit ``compaction_id`` is in: a caller naming its compaction gets that one or its
-    own run, never another caller's summary under a different name.
+    own run, never another caller's summary under a different name. ``portable``: the key
+    of the cross-process lease (``compaction_lease.py``), equal in every process for equal
+    inputs, so without the API key (workers of one deployment share one result whichever
+    key each holds) and with a ``summarizer_identity`` that names a class, not an object.
     """
     payload = {
         "session_key": session_key,
@@ -79,7 +88,7 @@ def flight_key(
         "epoch": epoch,
         "live": source_preimage(live),
         "context_window_tokens": context_window_tokens,
-        "config": config_fingerprint(config),
+        "config": config_fingerprint(config, portable=portable),
         "custom_instructions": _sha256(custom_instructions),
         "flush_receipt_status": flush_receipt_status,
         "compaction_id": compaction_id,
