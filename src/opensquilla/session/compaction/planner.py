@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import CompactionConfig
+from .tools import is_assistant_tool_call, is_tool_result
 
 NO_ENTRIES = "no_entries"
 WITHIN_BUDGET = "within_compaction_budget"
@@ -18,21 +19,6 @@ QUALITY_GATE_FAILED = "quality_gate_failed"
 NO_CONTEXT_WINDOW = "no_context_window"
 EMPTY_SUMMARY = "empty_summary"
 STALE_PREIMAGE = "stale_preimage"
-
-
-def is_assistant_tool_call(entry: Mapping[str, Any]) -> bool:
-    if entry.get("role") != "assistant":
-        return False
-    if entry.get("tool_calls"):
-        return True
-    content = entry.get("content") or ""
-    return "[tool_call:" in content or "[Used tool:" in content
-
-
-def is_tool_result(entry: Mapping[str, Any]) -> bool:
-    if entry.get("role") == "tool" or entry.get("tool_call_id"):
-        return True
-    return (entry.get("content") or "").lstrip().startswith("[Tool result ")
 
 
 @dataclass(frozen=True)
