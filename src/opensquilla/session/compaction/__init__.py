@@ -15,10 +15,11 @@ from .engine import (
     normalize_instructions,
     plan_compaction,
 )
-from .planner import is_assistant_tool_call, is_tool_result
 from .result import ENTRY_KEYS, CompactionRequest, CompactionResult, entry_dict
+from .rounds import api_rounds
 from .summarizer import FallbackSummarizer, Summarizer
 from .tokens import entry_tokens, estimate_tokens, estimate_tokens_for_length
+from .tools import is_assistant_tool_call, is_tool_result
 
 __all__ = [
     "ENTRY_KEYS",
@@ -28,6 +29,7 @@ __all__ = [
     "CompactionResult",
     "FallbackSummarizer",
     "Summarizer",
+    "api_rounds",
     "compact_entries",
     "entry_dict",
     "entry_tokens",

@@ -10,6 +10,8 @@ from ..errors import ConfigurationError
 
 IdentifierPolicy = Literal["strict", "custom", "off"]
 IDENTIFIER_POLICIES = frozenset(get_args(IdentifierPolicy))
+CutPolicy = Literal["entries", "api_rounds"]
+CUT_POLICIES = frozenset(get_args(CutPolicy))
 PROFILES_WITH_PROTECTED_TAIL = frozenset({"coding", "research", "support"})
 PROFILE_PROTECTED_TAIL = 12
 
@@ -41,6 +43,12 @@ class CompactionConfig:
     # session's lease in the database; a holder that stops renewing it (a crash) loses it
     # this many seconds after its last renewal. 0: no lease, processes do not coordinate.
     lease_seconds: float = 30.0
+    # Where the cut may fall (docs/semantics.md#api-rounds): "entries", the contract's
+    # per-entry cut (the default), or "api_rounds", upstream's whole API rounds.
+    cut_policy: CutPolicy | str = "entries"
+    # Under "api_rounds" only: the latest round stays raw while it is still live (an
+    # unanswered question, a call without its result, a result still running).
+    protect_semantic_tail: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -76,12 +84,8 @@ class CompactionConfig:
             )
         _integer("default_parts", self.default_parts, minimum=1)
         _integer("protected_recent_messages", self.protected_recent_messages, minimum=0)
-        policy = self.identifier_policy
-        if not isinstance(policy, str) or policy not in IDENTIFIER_POLICIES:
-            raise ConfigurationError(
-                "identifier_policy must be one of "
-                f"{', '.join(sorted(IDENTIFIER_POLICIES))}, not {_kind(policy)}"
-            )
+        _choice("identifier_policy", self.identifier_policy, IDENTIFIER_POLICIES)
+        _choice("cut_policy", self.cut_policy, CUT_POLICIES)
         if self.model is not None and not isinstance(self.model, str):
             raise ConfigurationError(f"model must be a string or None, not {_kind(self.model)}")
         for name in ("api_key", "base_url", "compaction_profile"):
@@ -90,10 +94,11 @@ class CompactionConfig:
                 raise ConfigurationError(
                     f"{name} must be a string, not {type(getattr(self, name)).__name__}"
                 )
-        if not isinstance(self.coverage_blocking, bool):
-            raise ConfigurationError(
-                f"coverage_blocking must be True or False, not {_kind(self.coverage_blocking)}"
-            )
+        for name in ("coverage_blocking", "protect_semantic_tail"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(
+                    f"{name} must be True or False, not {_kind(getattr(self, name))}"
+                )
 
     def __repr__(self) -> str:
         # Never show the API key.
@@ -141,3 +146,10 @@ def _finite(name: str, value: object) -> None:
 def _integer(name: str, value: object, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigurationError(f"{name} must be an integer >= {minimum}, not {_kind(value)}")
+
+
+def _choice(name: str, value: object, allowed: frozenset[str]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigurationError(
+            f"{name} must be one of {', '.join(sorted(allowed))}, not {_kind(value)}"
+        )

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import obligations as ob
 from .tokens import entry_tokens
+from .tools import tool_items, unanswered_calls
 
 IDENTIFIER_INSTRUCTION = (
     "Preserve opaque identifiers exactly as written (UUIDs, hashes, ids, keys, hostnames, IPs, "
@@ -124,24 +125,9 @@ def _call_name(call: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def _calls(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [call for call in entry.get("tool_calls") or [] if isinstance(call, Mapping)]
-
-
 def pending_tool_calls(entries: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
     """``{id: tool name}`` of each tool call in ``entries`` whose result is not among them."""
-    answered = {str(e["tool_call_id"]) for e in entries if e.get("tool_call_id")}
-    pending: dict[str, str | None] = {}
-    for entry in entries:
-        for call in _calls(entry):
-            call_id = call.get("id") or call.get("tool_use_id")
-            if not call_id:
-                continue
-            if call.get("type") == "tool_result" or "result" in call:
-                answered.add(str(call_id))
-            else:
-                pending.setdefault(str(call_id), _call_name(call))
-    return {key: name for key, name in pending.items() if key not in answered}
+    return {key: _call_name(call) for key, call in unanswered_calls(entries).items()}
 
 
 def _pending_line(entries: Sequence[Mapping[str, Any]], found: Sequence[ob.Obligation]) -> str:
@@ -183,7 +169,7 @@ def _messages(entries: Sequence[Mapping[str, Any]]) -> list[_Message]:
     out = []
     for index, entry in enumerate(entries):
         text = message_text(entry.get("content"))
-        calls = _calls(entry)
+        calls = tool_items(entry)
         names = [name for call in calls if (name := _call_name(call))]
         if names:
             called = f"(called {', '.join(dict.fromkeys(names))})"

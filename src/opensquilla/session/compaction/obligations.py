@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .tools import is_result_item, item_call_id, tool_items
+
 MAX_OBLIGATIONS = 64
 MAX_VALUE_CHARS = 240
 MAX_CARRY_FORWARD = 32
@@ -219,11 +221,9 @@ def extract_obligations(
             line = _WHITESPACE.sub(" ", raw_line).strip()
             if line:
                 _scan_line(out, line, role, source_id)
-        for call in entry.get("tool_calls") or []:
-            if not isinstance(call, Mapping):
-                continue
-            out.add(TOOL_RESULT_ID, call.get("id") or call.get("tool_use_id"), role, source_id)
-            if call.get("type") == "tool_result" or "result" in call:
+        for call in tool_items(entry):
+            out.add(TOOL_RESULT_ID, item_call_id(call), role, source_id)
+            if is_result_item(call):
                 fact = call.get("result", call.get("content"))
                 out.add(TOOL_RESULT_FACT, fact, role, source_id)
         uuids = UUID_RE.findall(text)

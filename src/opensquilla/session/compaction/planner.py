@@ -1,5 +1,6 @@
-"""Where to cut: skip checks, keep budget, tool-pair repair, protected tail, turn boundaries
-(docs/semantics.md#compaction). Pure functions over transcript dicts."""
+"""Where to cut: skip checks, keep budget, tool-pair repair, protected tail, turn boundaries,
+under either cut policy (docs/semantics.md#skip-reasons, #api-rounds). Pure functions over
+transcript dicts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import rounds
 from .config import CompactionConfig
+from .tools import is_assistant_tool_call, is_tool_result
 
 NO_ENTRIES = "no_entries"
 WITHIN_BUDGET = "within_compaction_budget"
@@ -18,21 +21,6 @@ QUALITY_GATE_FAILED = "quality_gate_failed"
 NO_CONTEXT_WINDOW = "no_context_window"
 EMPTY_SUMMARY = "empty_summary"
 STALE_PREIMAGE = "stale_preimage"
-
-
-def is_assistant_tool_call(entry: Mapping[str, Any]) -> bool:
-    if entry.get("role") != "assistant":
-        return False
-    if entry.get("tool_calls"):
-        return True
-    content = entry.get("content") or ""
-    return "[tool_call:" in content or "[Used tool:" in content
-
-
-def is_tool_result(entry: Mapping[str, Any]) -> bool:
-    if entry.get("role") == "tool" or entry.get("tool_call_id"):
-        return True
-    return (entry.get("content") or "").lstrip().startswith("[Tool result ")
 
 
 @dataclass(frozen=True)
@@ -86,6 +74,38 @@ def retreat_to_turn_boundary(entries: Sequence[Mapping[str, Any]], cut: int) -> 
     return max(cut, 0)
 
 
+def entry_cut(
+    entries: Sequence[Mapping[str, Any]], sizes: Sequence[int], window: int, protected: int
+) -> int:
+    """The ``entries`` policy (the contract's): the longest newest suffix within the budget,
+    then pair repair, the protected tail and the turn boundary, entry by entry."""
+    cut = budget_cut(sizes, window // 2)
+    cut = repair_pairs(entries, cut)
+    if protected > 0:
+        cut = max(min(cut, len(entries) - protected), 0)
+    return retreat_to_turn_boundary(entries, cut)
+
+
+def round_cut(
+    entries: Sequence[Mapping[str, Any]],
+    sizes: Sequence[int],
+    window: int,
+    protected: int,
+    *,
+    semantic_tail: bool,
+) -> int:
+    """The ``api_rounds`` policy (HEAD's): keep whole rounds from the newest within the budget
+    (none fits: everything may go), then bound the cut by the protected tail and the semantic
+    tail, and move it back to the start of the round it falls in."""
+    groups = rounds.api_rounds(entries)
+    first_kept = budget_cut([sum(sizes[g.start : g.stop]) for g in groups], window // 2)
+    cut = groups[first_kept].start if first_kept < len(groups) else len(entries)
+    cut = min(cut, max(len(entries) - protected, 0))
+    if semantic_tail:
+        cut = min(cut, rounds.semantic_tail_start(entries, groups))
+    return rounds.round_start(groups, cut)
+
+
 def plan_cut(
     entries: Sequence[Mapping[str, Any]],
     sizes: Sequence[int],
@@ -101,12 +121,13 @@ def plan_cut(
     total = sum(sizes)
     if total * config.safety_margin <= window:
         return Cut(0, WITHIN_BUDGET)
-    cut = budget_cut(sizes, window // 2)
-    cut = repair_pairs(entries, cut)
     protected = config.protected_tail
-    if protected > 0:
-        cut = max(min(cut, len(entries) - protected), 0)
-    cut = retreat_to_turn_boundary(entries, cut)
+    if config.cut_policy == "api_rounds":
+        cut = round_cut(
+            entries, sizes, window, protected, semantic_tail=config.protect_semantic_tail
+        )
+    else:
+        cut = entry_cut(entries, sizes, window, protected)
     if cut == 0:
         return Cut(0, PROTECTED_TAIL_EXHAUSTS if protected > 0 else NO_SAFE_BOUNDARY)
     return Cut(cut)

@@ -7,8 +7,8 @@ cost follows the budget, not the transcript's length.
 
 from __future__ import annotations
 
-from ..compaction.planner import is_tool_result
 from ..compaction.tokens import entry_tokens, estimate_tokens
+from ..compaction.tools import is_tool_result
 from ..errors import SessionNotFoundError
 from ..keys import canonicalize_session_key
 from ..models import TranscriptEntry, check_integer
