@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, Unpack
 
 from ..compaction import (
+    INPUT_KEYS,
     CompactionConfig,
     CompactionPlan,
     CompactionRequest,
@@ -28,6 +29,7 @@ from ..compaction import (
     finish_compaction,
     normalize_instructions,
     plan_compaction,
+    sanitize_silent_replies,
 )
 from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
 from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
@@ -78,6 +80,12 @@ class _Run:
     against_source: bool
     deadline: float
     total: float
+
+
+def compaction_input(entries: Sequence[TranscriptEntry]) -> list[dict[str, Any]]:
+    """The compactor's input: one dict per live row, in order, its silent replies cleaned
+    (docs/semantics.md#silent-replies). The stored rows are never changed."""
+    return sanitize_silent_replies(entry_dict(entry, INPUT_KEYS) for entry in entries)
 
 
 async def _bounded(phase: str, step: Awaitable[_T], deadline: float, total: float) -> _T:
@@ -210,7 +218,7 @@ class Compactor:
         node, live = await _bounded("read", read(), deadline, total)
         request = CompactionRequest(
             session_id=node.session_id,
-            entries=[entry_dict(entry) for entry in live],
+            entries=compaction_input(live),
             context_window_tokens=context_window_tokens,
             config=config,
             custom_instructions=custom_instructions,
@@ -327,7 +335,7 @@ class Compactor:
             current = []
         return result.skipped(
             STALE_PREIMAGE,
-            kept_entries=[entry_dict(entry) for entry in current],
+            kept_entries=compaction_input(current),
             window=run.window,
         )
 
