@@ -5,6 +5,7 @@ rows. Pure: no database (the storage side is test_silent_reply_storage.py)."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -180,6 +181,49 @@ def test_a_deletion_that_exposes_a_heartbeat_ack_is_cleaned_in_the_same_call() -
     assert cleaned_content(once, HEARTBEAT) == once
 
 
+@pytest.mark.parametrize(
+    ("context", "envelope", "expected"),
+    [
+        pytest.param(
+            GOAL,
+            {"text": "NO_REPLY\nStill checking.", "display_text": "**NO_REPLY**\nStill checking."},
+            {"text": "Still checking.", "display_text": "Still checking."},
+            id="both text fields cleaned",
+        ),
+        pytest.param(
+            None,
+            {"text": "NO_REPLY", "attachments": [{"name": "a.png"}], "future": {"keep": 1}},
+            {"text": "", "attachments": [{"name": "a.png"}], "future": {"keep": 1}},
+            id="exact token: the text empties, every other key stays",
+        ),
+        pytest.param(
+            HEARTBEAT,
+            {"display_text": "<think>é</think>HEARTBEAT_OK", "artifacts": []},
+            {"display_text": "", "artifacts": []},
+            id="heartbeat in an envelope",
+        ),
+    ],
+)
+def test_a_json_envelope_has_its_text_fields_cleaned(
+    context: Any, envelope: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    out = cleaned_content(json.dumps(envelope), context)
+    assert json.loads(out) == expected
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(json.dumps({"text": "NO_REPLY\nQuoted."}), id="default run: quoted"),
+        pytest.param('{"text": "NO_REPLY"', id="not JSON: plain text, not exact"),
+        pytest.param(json.dumps({"note": "NO_REPLY"}), id="no text field"),
+        pytest.param(json.dumps(["NO_REPLY"]), id="not an object"),
+    ],
+)
+def test_other_json_like_content_is_plain_text(content: str) -> None:
+    assert cleaned_content(content, {"run_kind": "chat"}) == content
+
+
 # -- segments (tool_calls) -----------------------------------------------------------------
 
 
@@ -337,7 +381,7 @@ CONTEXTS = st.sampled_from(
 ROWS = st.fixed_dictionaries(
     {
         "role": st.sampled_from(["assistant", "assistant", "user", "tool", "system"]),
-        "content": st.one_of(st.none(), TEXTS),
+        "content": st.one_of(st.none(), TEXTS, TEXTS.map(lambda t: json.dumps({"text": t}))),
         "tool_calls": st.one_of(st.none(), SEGMENTS),
         "turn_context": CONTEXTS,
         "token_count": st.one_of(st.none(), st.integers(0, 500)),
@@ -385,12 +429,21 @@ def test_property_deletion_only_tools_kept_input_untouched(row: dict[str, Any]) 
         assert is_subsequence(kept, joined)
 
 
+def reply_text(content: str) -> str:
+    """The reply a content holds: an envelope's text, else the content itself."""
+    if content.startswith("{"):
+        return str(json.loads(content)["text"])
+    return content
+
+
 @given(ROWS)
 def test_property_in_a_default_run_only_an_exact_token_changes(row: dict[str, Any]) -> None:
     row = {**row, "turn_context": {"run_kind": "chat"}}
     out = sanitize_silent_reply(row)
     content = row["content"]
-    if isinstance(content, str) and content.strip() not in SILENT_REPLY_TOKENS:
+    if not isinstance(content, str):
+        assert out["content"] is None
+    elif row["role"] == "assistant" and reply_text(content).strip() in SILENT_REPLY_TOKENS:
+        assert reply_text(out["content"]) == ""
+    else:
         assert out["content"] == content
-    elif isinstance(content, str) and row["role"] == "assistant":
-        assert out["content"] == ""

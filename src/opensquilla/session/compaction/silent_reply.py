@@ -7,7 +7,10 @@ what the model wrote; the compactor's input is cleaned here, at read time, so a 
 carries protocol noise. Storage is never rewritten, and a row is never dropped: the input
 stays one dict per live row, because the cut and the commit are positional.
 
-What is cleaned, in our data model: ``content`` is a plain string (or ``None``); the
+What is cleaned, in our data model: ``content`` is a string (or ``None``): plain text, or a
+JSON envelope (an object with a string ``text`` and/or ``display_text`` beside e.g.
+``attachments``, docs/semantics.md#fallback-summary), whose text fields are cleaned and every
+other key kept (the envelope is re-serialised only when a field changed); the
 "segments" are the items of ``tool_calls``, where a runtime stores the ordered parts of a
 turn. A dict with ``"type": "text"`` and a string ``"text"`` is a *text segment* (a fragment
 of the visible reply, interleaved with tool activity); anything else (``tool_use``,
@@ -41,6 +44,7 @@ sanitising once (a deletion can expose a new edge token).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +59,7 @@ _MIXED_RUN_KINDS = frozenset({"goal", "heartbeat"})
 # Longest first: "**x**" is emphasis around x, not "*" around "*x*".
 _EMPHASIS = ("**", "__", "~~", "*", "_", "`")
 _MAX_INDENT = 3  # four columns make an indented code block
+_ENVELOPE_TEXTS = ("text", "display_text")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})")
 _THINK = re.compile(r"<think>.*?</think>|<think>.*\Z", re.DOTALL)
@@ -265,9 +270,37 @@ def _clean(text: str, run: _Run) -> Spans | None:
         current = _text(text, spans)
 
 
+def _clean_text(text: str, run: _Run) -> str:
+    spans = _clean(text, run)
+    return "" if spans is None else _text(text, spans)
+
+
+def _envelope(content: str) -> dict[str, Any] | None:
+    """``content`` as a JSON envelope with a text field, else ``None``."""
+    if not content.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and any(isinstance(value.get(k), str) for k in _ENVELOPE_TEXTS):
+        return value
+    return None
+
+
 def _clean_content(content: str, run: _Run) -> str:
-    spans = _clean(content, run)
-    return "" if spans is None else _text(content, spans)
+    if not (run.heartbeat or _has_token(content)):
+        return content
+    envelope = _envelope(content)
+    if envelope is None:
+        return _clean_text(content, run)
+    changed = False
+    for key in _ENVELOPE_TEXTS:
+        value = envelope.get(key)
+        if isinstance(value, str) and (cleaned := _clean_text(value, run)) != value:
+            envelope[key] = cleaned
+            changed = True
+    return json.dumps(envelope, ensure_ascii=False) if changed else content
 
 
 # -- segments ----------------------------------------------------------------------------------
