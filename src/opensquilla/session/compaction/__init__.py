@@ -1,8 +1,9 @@
 """The compaction engine: pure planning and summarising, no I/O, no database, no asyncio.
 
-The manager reads the transcript, asks :func:`plan_compaction` where to cut, has each chunk
-summarised (a :class:`Summarizer`, the deterministic fallback by default), asks
-:func:`finish_compaction` for the result, and persists it atomically.
+The manager reads the transcript, cleans its silent replies out of the compactor's input
+(:func:`sanitize_silent_replies`, never in storage), asks :func:`plan_compaction` where to
+cut, has each chunk summarised (a :class:`Summarizer`, the deterministic fallback by
+default), asks :func:`finish_compaction` for the result, and persists it atomically.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from .engine import (
     normalize_instructions,
     plan_compaction,
 )
-from .result import ENTRY_KEYS, CompactionRequest, CompactionResult, entry_dict
+from .result import ENTRY_KEYS, INPUT_KEYS, CompactionRequest, CompactionResult, entry_dict
 from .rounds import api_rounds
+from .silent_reply import SILENT_REPLY_TOKENS, sanitize_silent_replies, sanitize_silent_reply
 from .summarizer import FallbackSummarizer, Summarizer
 from .tokens import entry_tokens, estimate_tokens, estimate_tokens_for_length
 from .tools import is_assistant_tool_call, is_tool_result
 
 __all__ = [
     "ENTRY_KEYS",
+    "INPUT_KEYS",
+    "SILENT_REPLY_TOKENS",
     "CompactionConfig",
     "CompactionPlan",
     "CompactionRequest",
@@ -40,4 +44,6 @@ __all__ = [
     "is_tool_result",
     "normalize_instructions",
     "plan_compaction",
+    "sanitize_silent_replies",
+    "sanitize_silent_reply",
 ]

@@ -18,13 +18,16 @@ ENTRY_KEYS = (
     "reasoning_content",
     "turn_usage",
 )
+# What the manager hands the compactor for one stored row: those keys plus the row's
+# identity and its turn context, which silent-reply sanitising reads (HEAD-FEATURES §5.5).
+INPUT_KEYS = ("id", "message_id", *ENTRY_KEYS, "turn_context")
 
 
-def entry_dict(entry: Any) -> dict[str, Any]:
-    """The compaction view of a transcript entry (a model or a mapping)."""
+def entry_dict(entry: Any, keys: tuple[str, ...] = ENTRY_KEYS) -> dict[str, Any]:
+    """The compaction view of a transcript entry (a model or a mapping) on ``keys``."""
     if isinstance(entry, dict):
-        return {key: entry.get(key) for key in ENTRY_KEYS}
-    return {key: getattr(entry, key, None) for key in ENTRY_KEYS}
+        return {key: entry.get(key) for key in keys}
+    return {key: getattr(entry, key, None) for key in keys}
 
 
 @dataclass

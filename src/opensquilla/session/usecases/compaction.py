@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, Unpack
 
 from ..compaction import (
+    INPUT_KEYS,
     CompactionConfig,
     CompactionPlan,
     CompactionRequest,
@@ -29,6 +30,7 @@ from ..compaction import (
     finish_compaction,
     normalize_instructions,
     plan_compaction,
+    sanitize_silent_replies,
 )
 from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
 from ..compaction.result import result_from_document
@@ -82,6 +84,12 @@ class _Run:
     lease_key: str | None  # None: no cross-process lease (lease_seconds == 0)
     deadline: float
     total: float
+
+
+def compaction_input(entries: Sequence[TranscriptEntry]) -> list[dict[str, Any]]:
+    """The compactor's input: one dict per live row, in order, its silent replies cleaned
+    (docs/semantics.md#silent-replies). The stored rows are never changed."""
+    return sanitize_silent_replies(entry_dict(entry, INPUT_KEYS) for entry in entries)
 
 
 async def _bounded(phase: str, step: Awaitable[_T], deadline: float, total: float) -> _T:
@@ -217,7 +225,7 @@ class Compactor:
             node, live = await _bounded("read", read(), deadline, total)
             request = CompactionRequest(
                 session_id=node.session_id,
-                entries=[entry_dict(entry) for entry in live],
+                entries=compaction_input(live),
                 context_window_tokens=context_window_tokens,
                 config=config,
                 custom_instructions=custom_instructions,
@@ -308,7 +316,7 @@ class Compactor:
             node, current = await self._read(run.key)
         except SessionNotFoundError:
             return result_from_document(document, [])
-        result = result_from_document(document, [entry_dict(entry) for entry in current])
+        result = result_from_document(document, compaction_input(current))
         committed = result.removed_count > 0 and result.skip_reason is None
         if committed and node.compaction_count <= run.node.compaction_count:
             return None
@@ -403,7 +411,7 @@ class Compactor:
             current = []
         return result.skipped(
             STALE_PREIMAGE,
-            kept_entries=[entry_dict(entry) for entry in current],
+            kept_entries=compaction_input(current),
             window=run.window,
         )
 
