@@ -898,6 +898,10 @@ MANAGER_READS = {
     "get_compaction",
     "get_compaction_preimage",
     "capture_compaction_source",
+    "capture_session_archive",
+    # Writes a file, never the database: it takes models already checked, and the archive
+    # encoder keeps every value they hold (tests/manager/test_session_archive.py).
+    "write_session_archive",
     "archive_report",
     "stats",
     "preview_reset",
@@ -1031,6 +1035,7 @@ USECASE_READS = {
     "pages.canonical_page",
     "pages.coverage",
     "compaction_source.capture_compaction_source",
+    "session_archive.capture_session_archive",
 }
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",

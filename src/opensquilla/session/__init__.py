@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .errors import (
+    ArchiveWriteError,
     CompactionTimeoutError,
     ConfigurationError,
     InvalidInputError,
@@ -31,6 +32,7 @@ from .storage import SessionStorage
 
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
+    "ArchiveWriteError",
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
     "CompactionSourceSnapshot",

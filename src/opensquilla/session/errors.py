@@ -96,11 +96,19 @@ class CompactionTimeoutError(SessionStoreError, TimeoutError):
         self.timeout = timeout
 
 
+class ArchiveWriteError(SessionStoreError, OSError):
+    """A reset's archive could not be written (or published) while the manager requires
+    one (``SessionManager(..., archive_required=True)``): the reset was rolled back, the
+    session is as it was. The underlying failure is the ``__cause__``. An ``OSError``, as
+    upstream HEAD raises."""
+
+
 class MigrationError(SessionStoreError):
     """The schema could not be brought to, or is not at, the expected revision."""
 
 
 __all__ = [
+    "ArchiveWriteError",
     "CompactionTimeoutError",
     "ConfigurationError",
     "DatabaseError",

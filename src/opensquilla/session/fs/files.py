@@ -37,10 +37,22 @@ def ensure_private_dir(path: Path) -> None:
         try:
             directory.mkdir(mode=DIR_MODE)
         except FileExistsError:
-            continue
-        os.chmod(directory, DIR_MODE)
+            continue  # another process created it: not ours to change
+        _restrict(directory)
     if not path.is_dir():
         raise NotADirectoryError(f"not a directory: {path}")
+
+
+def _restrict(directory: Path) -> None:
+    """0700 for a directory this process just created (``mkdir``'s mode is cut by the umask).
+    Skipped on Windows, where a mode is only a read-only flag; a file system that refuses
+    modes is not a reason to fail (what ``mkdir`` gave it stays)."""
+    if os.name == "nt":  # pragma: no cover - not POSIX
+        return
+    try:
+        os.chmod(directory, DIR_MODE)
+    except OSError:
+        return
 
 
 def ensure_private_file(path: Path) -> None:
@@ -64,20 +76,35 @@ class StagedFile:
     :meth:`discard` or :meth:`release`, each of which drops the lock.
     """
 
-    __slots__ = ("_lock_fd", "final", "temporary")
+    __slots__ = ("_lock_fd", "_published", "final", "temporary")
 
     def __init__(self, temporary: Path, final: Path, lock_fd: int | None = None) -> None:
         self.temporary = temporary
         self.final = final
         self._lock_fd = lock_fd
+        self._published = False
 
     def __repr__(self) -> str:
         return f"StagedFile({str(self.temporary)!r} -> {str(self.final)!r})"
 
+    @property
+    def published(self) -> bool:
+        """Whether it has been renamed into place (by :meth:`publish`)."""
+        return self._published
+
+    @property
+    def path(self) -> Path:
+        """Where the file is now: its final name once published, else the temporary one."""
+        return self.final if self._published else self.temporary
+
     def publish(self) -> Path:
-        """Rename into place and fsync the directory: readers see all of it or nothing."""
+        """Rename into place and fsync the directory: readers see all of it or nothing.
+        Publishing a published file again does nothing."""
+        if self._published:
+            return self.final
         try:
             os.replace(self.temporary, self.final)
+            self._published = True
             dir_fd = os.open(self.final.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
@@ -90,7 +117,8 @@ class StagedFile:
         return self.final
 
     def discard(self) -> None:
-        self.temporary.unlink(missing_ok=True)
+        """Remove the file, under whichever name it has now (its change did not happen)."""
+        self.path.unlink(missing_ok=True)
         self.release()
 
     def label(self, tag: str) -> None:
@@ -141,6 +169,18 @@ def stage_file(directory: Path, name: str, data: bytes) -> StagedFile:
         temporary.unlink(missing_ok=True)
         raise
     return StagedFile(temporary, directory / name, fd)
+
+
+def write_private_file(directory: Path, name: str, data: bytes) -> Path:
+    """Write ``data`` owner-only to ``directory/name`` at once: staged (:func:`stage_file`:
+    written and fsynced under a temporary name), renamed into place, directory fsynced.
+    Any failure removes what was written, under either name, and raises."""
+    staged = stage_file(directory, name, data)
+    try:
+        return staged.publish()
+    except BaseException:
+        staged.discard()
+        raise
 
 
 def lock_staged(path: Path, final: Path) -> StagedFile | None:

@@ -10,6 +10,9 @@ reset that rolls back removes it. The directory is
 A process that stops between a reset's COMMIT and that rename leaves the only copy of the
 old generation under the hidden name; the store's next start settles it
 (:func:`recover_staged_archives`), and ``stats`` and ``repair list`` report it.
+
+:func:`write_archive` writes one at once, outside any reset (the manager's
+``write_session_archive``): staged the same way, then published straight away.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pydantic import BaseModel
 from ..config import archive_directory
 from ..models import GenerationSnapshot
 from ..support.jsontext import strict_json
-from .files import CAN_LOCK, StagedFile, lock_staged, stage_file
+from .files import CAN_LOCK, StagedFile, lock_staged, stage_file, write_private_file
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.archive")
@@ -44,7 +47,19 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def safe_name_part(value: str) -> str:
+    """``value`` for a file name: runs outside ``[A-Za-z0-9_.-]`` become ``-``, dashes
+    trimmed, 64 characters at most, ``session`` if nothing is left."""
     return _UNSAFE.sub("-", value).strip("-")[:64] or "session"
+
+
+def archive_file_name(session_key: str, session_id: str, now_ms: int) -> str:
+    """``<now_ms>-<safe key>-<safe session id>-<uuid4, 32 hex>.json``: under 255 bytes
+    whatever the key (its staged name too), and never the same twice, even within one
+    millisecond. The document inside keeps the full key."""
+    return (
+        f"{now_ms}-{safe_name_part(session_key)}-{safe_name_part(session_id)}-"
+        f"{uuid.uuid4().hex}.json"
+    )
 
 
 def _fields(record: BaseModel) -> dict[str, Any]:
@@ -74,6 +89,23 @@ def encode_document(document: dict[str, Any]) -> bytes:
     return strict_json(document).encode("utf-8")
 
 
+def _prepare(
+    snapshot: GenerationSnapshot, now_ms: int, reason: str
+) -> tuple[str, dict[str, Any]] | None:
+    """The file name and document of ``snapshot``'s archive; ``None`` when it held nothing."""
+    if not snapshot.transcript and not snapshot.summaries:
+        return None
+    session = snapshot.session
+    return (
+        archive_file_name(session.session_key, session.session_id, now_ms),
+        archive_document(snapshot, reason=reason, now_ms=now_ms),
+    )
+
+
+def _write(directory: Path, name: str, document: dict[str, Any]) -> Path:
+    return write_private_file(directory, name, encode_document(document))
+
+
 def _stage(directory: Path, name: str, document: dict[str, Any], tag: str | None) -> StagedFile:
     # On a worker thread: a fresh stack for the encoder, and the event loop stays free.
     staged = stage_file(directory, name, encode_document(document))
@@ -101,13 +133,10 @@ async def stage_reset_archive(
     name carries it, so that after a crash only that database's next start settles the
     file (the published name is the same either way).
     """
-    if not snapshot.transcript and not snapshot.summaries:
+    prepared = _prepare(snapshot, now_ms, reason)
+    if prepared is None:
         return None
-    document = archive_document(snapshot, reason=reason, now_ms=now_ms)
-    name = (
-        f"{now_ms}-{safe_name_part(snapshot.session.session_key)}-"
-        f"{safe_name_part(snapshot.session.session_id)}-{uuid.uuid4().hex[:8]}.json"
-    )
+    name, document = prepared
     staging = asyncio.ensure_future(
         asyncio.to_thread(_stage, archive_directory(), name, document, store_tag)
     )
@@ -118,6 +147,19 @@ async def stage_reset_archive(
         # will publish or discard what it leaves, so remove it once it is there.
         staging.add_done_callback(_discard_when_done)
         raise
+
+
+async def write_archive(
+    snapshot: GenerationSnapshot, *, now_ms: int, reason: str = "reset_same_key"
+) -> Path | None:
+    """Write the archive of ``snapshot`` and publish it at once (staged, fsynced, renamed,
+    directory fsynced); ``None`` when the generation held nothing. Any failure removes the
+    temporary file and raises. Cancelled, the write still completes on its thread."""
+    prepared = _prepare(snapshot, now_ms, reason)
+    if prepared is None:
+        return None
+    name, document = prepared
+    return await asyncio.to_thread(_write, archive_directory(), name, document)
 
 
 # -- recovery: archives a crash left staged -----------------------------------------------

@@ -3,7 +3,8 @@
 Each method is one use case from ``usecases/``, which opens the unit of work it needs; the
 manager holds the wiring (storage, the generation cache, the summariser, the append
 options) and no logic of its own. It never writes SQL. Its transcript calls are in
-``transcript.py`` (:class:`TranscriptCalls`), the rest here.
+``transcript.py`` (:class:`TranscriptCalls`), its reset-archive calls in ``archives.py``
+(:class:`ArchiveCalls`), the rest here.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from ..usecases.lifecycle import Lifecycle
 from ..usecases.overview import ArchiveReport, StoreStats
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
+from .archives import ArchiveCalls
 from .transcript import TranscriptCalls
 
 
-class SessionManager(TranscriptCalls):
+class SessionManager(TranscriptCalls, ArchiveCalls):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""
 
@@ -56,10 +58,11 @@ class SessionManager(TranscriptCalls):
         time_prefix_tz: str | None = None,
         summarizer: Summarizer | None = None,
         commit_against_source: bool | None = None,
+        archive_required: bool = False,
     ) -> None:
         self._storage = storage
         self._generations = GenerationCache(storage)
-        self._resets = Resets(storage, self._generations)
+        self._resets = Resets(storage, self._generations, archive_required=archive_required)
         self._lifecycle = Lifecycle(storage, self._generations, self._resets)
         self._transcripts = Transcripts(
             storage,
@@ -162,7 +165,9 @@ class SessionManager(TranscriptCalls):
         went (docs/semantics.md#reset): its transcript, compacted archive and summaries are
         archived to a file and deleted, its context states invalidated, the epoch bumped and
         the identity and counters renewed. A failed archive write is logged and the reset
-        goes on. A concurrent change makes the reset re-read and try again."""
+        goes on, or, with ``SessionManager(..., archive_required=True)``, raises
+        ``ArchiveWriteError`` (an ``OSError``) and changes nothing. A concurrent change
+        makes the reset re-read and try again."""
         return await self._resets.reset(session_key)
 
     async def resume(self, session_key: str) -> SessionNode:

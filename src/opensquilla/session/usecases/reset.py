@@ -8,6 +8,12 @@ before anything is deleted, the old generation (read in the same transaction, so
 what is deleted) is written to an archive file under a temporary name and fsynced; after
 the commit the file is renamed into place, and if the transaction rolls back it is removed.
 A failed archive write is logged and the reset goes on, as the contract requires.
+
+With ``archive_required`` (upstream HEAD's behaviour, opt-in) an archive that cannot be
+written is an :class:`ArchiveWriteError` that rolls the reset back, and the file is renamed
+into place inside the transaction, as its last step, so that a failed rename rolls it back
+too; a COMMIT that then fails removes the published file again when the row shows the old
+generation.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pathlib import Path
 
 from ..db.generations import generation_guard
 from ..db.uow import Transaction
-from ..errors import SessionNotFoundError, StaleEpochError
+from ..errors import ArchiveWriteError, SessionNotFoundError, StaleEpochError
 from ..fs.files import StagedFile
 from ..fs.reset_archive import stage_reset_archive
 from ..keys import canonicalize_session_key
@@ -35,6 +41,7 @@ from ..models.reports import DeletionPreview, ResetReport
 from ..storage import SessionStorage
 from ..support.clock import new_session_id, now_ms
 from .generations import GenerationCache
+from .session_archive import read_generation
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.manager")
@@ -80,13 +87,17 @@ async def start_generation(
     new_session_id: str,
     now: int,
     staged: list[StagedFile] | None = None,
+    archive_required: bool = False,
 ) -> SessionNode:
     """The reset transaction: compare-and-set on key, session id and epoch
     (``StaleEpochError`` if another writer got there first), then the new generation.
 
     With ``staged``, the old generation (as this transaction sees it, so exactly what is
     deleted) is first written to an archive file under a temporary name, which is appended
-    to ``staged`` before anything is deleted: the caller publishes or settles it.
+    to ``staged`` before anything is deleted: the caller publishes or settles it. With
+    ``archive_required`` too, a failed write raises :class:`ArchiveWriteError` (nothing
+    changes) and the file is published before the COMMIT (the caller settles it if the
+    COMMIT fails).
     """
     key = canonicalize_session_key(session_key)
     check_text("expected_session_id", expected_session_id)
@@ -119,26 +130,39 @@ async def start_generation(
         renewed = await tx.sessions.update_fields(key, values)
         assert renewed is not None
         if staged is not None:
-            file = await _stage_archive(tx, current, storage.archive_store_tag)
+            file = await _stage_archive(
+                tx, current, storage.archive_store_tag, required=archive_required
+            )
             if file is not None:
                 staged.append(file)
         await tx.transcript.delete_all(old_id)
         await tx.summaries.delete_for_session(old_id)
         await tx.states.invalidate(key, reason="session_reset")
+        if archive_required and staged:
+            await _publish_required(staged, current)
     return renewed
 
 
-async def _stage_archive(tx: Transaction, old: SessionNode, tag: str | None) -> StagedFile | None:
+async def _stage_archive(
+    tx: Transaction, old: SessionNode, tag: str | None, *, required: bool
+) -> StagedFile | None:
     """Write the old generation, as this transaction sees it, under a temporary name; a
-    failure is logged and the reset goes on."""
+    failure is logged and the reset goes on, or, if ``required``, refuses the reset."""
+    transcript, summaries = await read_generation(tx, old.session_id)
     snapshot = GenerationSnapshot(
         session=old.model_copy(update={"epoch": old.epoch + 1}),
-        transcript=await tx.transcript.list_canonical(old.session_id),
-        summaries=await tx.summaries.list_for_session(old.session_id),
+        transcript=transcript,
+        summaries=summaries,
     )
     try:
         return await stage_reset_archive(snapshot, now_ms=now_ms(), store_tag=tag)
-    except Exception:
+    except Exception as exc:
+        if required:
+            raise ArchiveWriteError(
+                f"reset of {old.session_key} refused: the archive of its generation "
+                f"{old.session_id} could not be written ({type(exc).__name__}: {exc}); "
+                "nothing was changed"
+            ) from exc
         log.warning(
             "reset archive for %s (%s) could not be written; the reset goes on",
             old.session_key,
@@ -149,12 +173,33 @@ async def _stage_archive(tx: Transaction, old: SessionNode, tag: str | None) -> 
         return None
 
 
-class Resets:
-    """Resetting sessions, with their archives staged, published or settled."""
+async def _publish_required(staged: list[StagedFile], old: SessionNode) -> None:
+    """Rename the archives into place inside the reset transaction: a failure rolls the
+    reset back (``archive_required``)."""
+    for file in staged:
+        try:
+            await asyncio.to_thread(file.publish)
+        except OSError as exc:
+            raise ArchiveWriteError(
+                f"reset of {old.session_key} refused: the archive of its generation "
+                f"{old.session_id} could not be published ({exc}); nothing was changed"
+            ) from exc
 
-    def __init__(self, storage: SessionStorage, generations: GenerationCache) -> None:
+
+class Resets:
+    """Resetting sessions, with their archives staged, published or settled.
+
+    ``archive_required``: a reset whose archive cannot be written raises
+    :class:`ArchiveWriteError` and changes nothing (upstream HEAD); by default the failure
+    is logged and the reset goes on (the contract).
+    """
+
+    def __init__(
+        self, storage: SessionStorage, generations: GenerationCache, *, archive_required: bool
+    ) -> None:
         self._storage = storage
         self._generations = generations
+        self._archive_required = archive_required
 
     async def reset(self, session_key: str) -> ResetReport:
         """Start a new generation; another writer's concurrent change makes the
@@ -173,6 +218,7 @@ class Resets:
                     new_session_id=renewed_id,
                     now=now_ms(),
                     staged=staged,
+                    archive_required=self._archive_required,
                 )
             except BaseException as exc:
                 if staged:
@@ -218,7 +264,7 @@ class Resets:
                 log.warning(
                     "reset of %s failed and its outcome is unknown; its archive is kept at %s",
                     key,
-                    file.temporary,
+                    file.path,
                     extra={"session_key": key, "operation": "reset"},
                 )
             elif committed:
@@ -246,7 +292,7 @@ async def _publish_archive(file: StagedFile, key: str) -> Path | None:
             exc_info=True,
             extra={"session_key": key, "operation": "reset"},
         )
-        return file.temporary
+        return file.path
     log.info(
         "archived the previous generation of %s to %s",
         key,
