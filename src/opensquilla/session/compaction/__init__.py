@@ -18,7 +18,14 @@ from .engine import (
 from .planner import is_assistant_tool_call, is_tool_result
 from .result import ENTRY_KEYS, CompactionRequest, CompactionResult, entry_dict
 from .summarizer import FallbackSummarizer, Summarizer
-from .tokens import entry_tokens, estimate_tokens, estimate_tokens_for_length
+from .tokens import (
+    entry_tokens,
+    estimate_entries_model_replay_chars,
+    estimate_entry_model_replay_tokens,
+    estimate_tokens,
+    estimate_tokens_for_length,
+)
+from .tool_payload import estimate_entry_replay_tokens, summarize_tool_calls
 
 __all__ = [
     "ENTRY_KEYS",
@@ -31,6 +38,9 @@ __all__ = [
     "compact_entries",
     "entry_dict",
     "entry_tokens",
+    "estimate_entries_model_replay_chars",
+    "estimate_entry_model_replay_tokens",
+    "estimate_entry_replay_tokens",
     "estimate_tokens",
     "estimate_tokens_for_length",
     "finish_compaction",
@@ -38,4 +48,5 @@ __all__ = [
     "is_tool_result",
     "normalize_instructions",
     "plan_compaction",
+    "summarize_tool_calls",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import obligations as ob
 from .tokens import entry_tokens
+from .tool_payload import call_id, call_name
 
 IDENTIFIER_INSTRUCTION = (
     "Preserve opaque identifiers exactly as written (UUIDs, hashes, ids, keys, hostnames, IPs, "
@@ -117,13 +118,6 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _call_name(call: Mapping[str, Any]) -> str | None:
-    function = call.get("function")
-    name = function.get("name") if isinstance(function, Mapping) else None
-    name = name or call.get("name")
-    return str(name) if name else None
-
-
 def _calls(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [call for call in entry.get("tool_calls") or [] if isinstance(call, Mapping)]
 
@@ -134,13 +128,13 @@ def pending_tool_calls(entries: Sequence[Mapping[str, Any]]) -> dict[str, str | 
     pending: dict[str, str | None] = {}
     for entry in entries:
         for call in _calls(entry):
-            call_id = call.get("id") or call.get("tool_use_id")
-            if not call_id:
+            identifier = call_id(call)
+            if not identifier:
                 continue
             if call.get("type") == "tool_result" or "result" in call:
-                answered.add(str(call_id))
+                answered.add(str(identifier))
             else:
-                pending.setdefault(str(call_id), _call_name(call))
+                pending.setdefault(str(identifier), call_name(call))
     return {key: name for key, name in pending.items() if key not in answered}
 
 
@@ -184,7 +178,7 @@ def _messages(entries: Sequence[Mapping[str, Any]]) -> list[_Message]:
     for index, entry in enumerate(entries):
         text = message_text(entry.get("content"))
         calls = _calls(entry)
-        names = [name for call in calls if (name := _call_name(call))]
+        names = [name for call in calls if (name := call_name(call))]
         if names:
             called = f"(called {', '.join(dict.fromkeys(names))})"
         else:

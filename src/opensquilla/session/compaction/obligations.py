@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .tool_payload import call_id
+
 MAX_OBLIGATIONS = 64
 MAX_VALUE_CHARS = 240
 MAX_CARRY_FORWARD = 32
@@ -222,7 +224,7 @@ def extract_obligations(
         for call in entry.get("tool_calls") or []:
             if not isinstance(call, Mapping):
                 continue
-            out.add(TOOL_RESULT_ID, call.get("id") or call.get("tool_use_id"), role, source_id)
+            out.add(TOOL_RESULT_ID, call_id(call), role, source_id)
             if call.get("type") == "tool_result" or "result" in call:
                 fact = call.get("result", call.get("content"))
                 out.add(TOOL_RESULT_FACT, fact, role, source_id)
