@@ -18,6 +18,7 @@ from .engine import (
 from .planner import is_assistant_tool_call, is_tool_result
 from .result import ENTRY_KEYS, CompactionRequest, CompactionResult, entry_dict
 from .summarizer import FallbackSummarizer, Summarizer
+from .summary_replay import format_compaction_summary_context
 from .tokens import (
     entry_tokens,
     estimate_entries_model_replay_chars,
@@ -44,6 +45,7 @@ __all__ = [
     "estimate_tokens",
     "estimate_tokens_for_length",
     "finish_compaction",
+    "format_compaction_summary_context",
     "is_assistant_tool_call",
     "is_tool_result",
     "normalize_instructions",
