@@ -34,6 +34,11 @@ class CompactionRequest:
     config: CompactionConfig = field(default_factory=CompactionConfig)
     custom_instructions: str | None = None
     entry_ids: list[int | None] | None = None  # row ids, for obligation provenance
+    # The entries' message ids, for the protected boundary (one per entry).
+    entry_message_ids: list[str | None] | None = None
+    # Keep the entry carrying this message id and every later one (HEAD-FEATURES §5.2);
+    # no entry carries it: skip with ``protected_boundary_missing``.
+    protected_boundary_message_id: str | None = None
 
 
 @dataclass

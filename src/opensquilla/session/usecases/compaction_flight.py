@@ -66,12 +66,14 @@ def flight_key(
     compaction_id: str | None,
     against_source: bool,
     summarizer_identity: str,
+    protected_boundary_message_id: str | None,
 ) -> str:
     """The SHA-256 (hex) of everything that decides what a compaction writes.
 
     ``trigger_reason`` is left out: it is a label, and the owner's is the one stored. An
     explicit ``compaction_id`` is in: a caller naming its compaction gets that one or its
-    own run, never another caller's summary under a different name.
+    own run, never another caller's summary under a different name. So is the protected
+    boundary: two boundaries are two flights even where they protect the same rows.
     """
     payload = {
         "session_key": session_key,
@@ -85,6 +87,7 @@ def flight_key(
         "compaction_id": compaction_id,
         "against_source": against_source,
         "summarizer": summarizer_identity,
+        "protected_boundary_message_id": protected_boundary_message_id,
     }
     encoded = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
