@@ -370,6 +370,7 @@ def test_the_cut_settings_are_part_of_the_flight_key() -> None:
             flush_receipt_status=None,
             compaction_id=None,
             against_source=True,
+            protected_boundary_message_id=None,
             summarizer_identity="default",
         )
 

@@ -164,6 +164,7 @@ async def test_a_result_the_database_does_not_show_is_not_taken(
         flush_receipt_status=None,
         compaction_id=None,
         against_source=True,
+        protected_boundary_message_id=None,
         summarizer_identity=f"class:{BlockingSummarizer.__module__}.BlockingSummarizer",
         portable=True,
     )
@@ -229,6 +230,7 @@ def test_the_lease_key_is_equal_across_processes_and_holds_no_api_key() -> None:
         "flush_receipt_status": None,
         "compaction_id": None,
         "against_source": True,
+        "protected_boundary_message_id": None,
         "summarizer_identity": "default",
         "portable": True,
     }

@@ -326,6 +326,7 @@ def test_flight_key_is_credential_aware_and_holds_no_secret() -> None:
             compaction_id=None,
             against_source=True,
             summarizer_identity="default",
+            protected_boundary_message_id=None,
         )
 
     one = CompactionConfig(model="m", api_key="sk-first-secret")

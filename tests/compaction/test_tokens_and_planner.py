@@ -76,9 +76,14 @@ def test_estimate_of_a_huge_text_stays_linear() -> None:
     assert estimate_tokens("z" * 200_004) == 50_001
 
 
-def test_entry_size_prefers_the_reported_count_for_content() -> None:
-    """A reported count stands in for the content estimate."""
-    assert entry_tokens(msg("user", "x" * 4000, 7)) == 7
+def test_entry_size_takes_a_reported_count_above_the_estimate() -> None:
+    """A reported count larger than the content estimate is the content's size."""
+    assert entry_tokens(msg("user", "x" * 40, 70)) == 70
+
+
+def test_entry_size_never_trusts_an_underreported_count() -> None:
+    """The content estimate is a floor: a count of 7 cannot make 4000 characters small."""
+    assert entry_tokens(msg("user", "x" * 4000, 7)) == 1000
 
 
 def test_entry_size_estimates_content_when_no_count_is_reported() -> None:

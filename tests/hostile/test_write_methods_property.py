@@ -744,6 +744,12 @@ def _storage_argument_cases() -> list[Case]:
         "invalidate_reason": lambda h, j: h.storage.invalidate_context_states(h.key, reason=j),
         "invalidate_provider": lambda h, j: h.storage.invalidate_context_states(h.key, provider=j),
         "delete_session": lambda h, j: h.storage.delete_session(j),
+        "lease_key": lambda h, j: h.storage.acquire_compaction_lease(j, "s", "f", "h", 1000),
+        "lease_holder": lambda h, j: h.storage.acquire_compaction_lease(h.key, "s", "f", j, 1),
+        "lease_ttl": lambda h, j: h.storage.acquire_compaction_lease(h.key, "s", "f", "h", j),
+        "lease_renew": lambda h, j: h.storage.renew_compaction_lease(h.key, "h", j),
+        "lease_finish": lambda h, j: h.storage.finish_compaction_lease(h.key, "h", j),
+        "lease_release": lambda h, j: h.storage.release_compaction_lease(j, "h"),
     }
     cases: list[Case] = []
     for name, call in calls.items():
@@ -976,6 +982,7 @@ STORAGE_NOT_WRITES = {
     "get_canonical_transcript_entry",
     "count_transcript_entries_batch",
     "list_user_transcript_content_batch",
+    "read_compaction_lease",
     "search_words",
     "search_substrings",
     "search_transcript",
@@ -1007,6 +1014,10 @@ STORAGE_WRITES = {
     "upsert_transcript_entry_and_touch": "upsert_entry",
     "delete_transcript_entry": "storage_delete_entry_message_id",
     "update_transcript_turn_context": "storage_turn_context_value",
+    "acquire_compaction_lease": "storage_lease_key",
+    "renew_compaction_lease": "storage_lease_renew",
+    "finish_compaction_lease": "storage_lease_finish",
+    "release_compaction_lease": "storage_lease_release",
 }
 # The multi-row operations: functions of ``opensquilla.session.usecases`` that take the
 # storage first. Each write has hostile cases of its own, or is what a manager method (fed
@@ -1055,6 +1066,9 @@ USECASE_BEHIND_MANAGER = {
     "repair.mark_flush_receipt_status": "mark_compaction_flush_receipt_status",
     # The shared run of a single flight: the write is compact_with_result's own commit.
     "compaction_flight.join_flight": "compact_with_result",
+    # The cross-process lease of that run: its arguments are compact_with_result's own
+    # (checked there), and the storage's lease writes have hostile cases of their own.
+    "compaction_lease.take_lease": "compact_with_result",
     "compaction_persist.persist_compaction_result": "persist_compaction_result",
 }
 

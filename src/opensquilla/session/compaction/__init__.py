@@ -20,7 +20,15 @@ from .result import ENTRY_KEYS, INPUT_KEYS, CompactionRequest, CompactionResult,
 from .rounds import api_rounds
 from .silent_reply import SILENT_REPLY_TOKENS, sanitize_silent_replies, sanitize_silent_reply
 from .summarizer import FallbackSummarizer, Summarizer
-from .tokens import entry_tokens, estimate_tokens, estimate_tokens_for_length
+from .summary_replay import format_compaction_summary_context
+from .tokens import (
+    entry_tokens,
+    estimate_entries_model_replay_chars,
+    estimate_entry_model_replay_tokens,
+    estimate_tokens,
+    estimate_tokens_for_length,
+)
+from .tool_payload import estimate_entry_replay_tokens, summarize_tool_calls
 from .tools import is_assistant_tool_call, is_tool_result
 
 __all__ = [
@@ -37,13 +45,18 @@ __all__ = [
     "compact_entries",
     "entry_dict",
     "entry_tokens",
+    "estimate_entries_model_replay_chars",
+    "estimate_entry_model_replay_tokens",
+    "estimate_entry_replay_tokens",
     "estimate_tokens",
     "estimate_tokens_for_length",
     "finish_compaction",
+    "format_compaction_summary_context",
     "is_assistant_tool_call",
     "is_tool_result",
     "normalize_instructions",
     "plan_compaction",
     "sanitize_silent_replies",
     "sanitize_silent_reply",
+    "summarize_tool_calls",
 ]

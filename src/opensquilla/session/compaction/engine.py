@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import planner
@@ -65,26 +65,52 @@ class CompactionPlan:
         return self.request.config
 
 
+def bound_to_boundary(request: CompactionRequest) -> CompactionRequest | None:
+    """``request`` with its protected tail reaching back to the first entry carrying its
+    ``protected_boundary_message_id`` (``protected_recent_messages = max(protected tail,
+    entries from there on)``, on a copy of the config); ``request`` itself without a
+    boundary; ``None`` when no entry carries it (HEAD-FEATURES §5.2)."""
+    boundary = request.protected_boundary_message_id
+    if boundary is None:
+        return request
+    message_ids = request.entry_message_ids or []
+    index = next((i for i, found in enumerate(message_ids) if found == boundary), None)
+    if index is None:
+        return None
+    config = request.config
+    protected = max(config.protected_tail, len(request.entries) - index)
+    return replace(request, config=replace(config, protected_recent_messages=protected))
+
+
+def _skip(request: CompactionRequest, total: int, reason: str) -> CompactionResult:
+    """Nothing removed: every entry kept, for ``reason``."""
+    return CompactionResult(
+        summary="",
+        kept_entries=_kept(request.entries),
+        removed_count=0,
+        chunks_processed=0,
+        summary_source="skipped",
+        tokens_before=total,
+        tokens_after=total,
+        remaining_budget_tokens=max(request.context_window_tokens - total, 0),
+        skip_reason=reason,
+    )
+
+
 def plan_compaction(request: CompactionRequest) -> CompactionPlan:
     instructions, previous = normalize_instructions(request.custom_instructions)
     entries = request.entries
     window = request.context_window_tokens
     sizes = [entry_tokens(entry) for entry in entries]
-    total = sum(sizes)
+    bounded = bound_to_boundary(request)
+    if bounded is None:
+        skipped = _skip(request, sum(sizes), planner.PROTECTED_BOUNDARY_MISSING)
+        return CompactionPlan(request, sizes, 0, [], instructions, previous, skipped)
+    request = bounded
     cut = planner.plan_cut(entries, sizes, window, request.config)
     plan = CompactionPlan(request, sizes, cut.index, [], instructions, previous)
     if cut.skip_reason is not None:
-        plan.skipped = CompactionResult(
-            summary="",
-            kept_entries=_kept(entries),
-            removed_count=0,
-            chunks_processed=0,
-            summary_source="skipped",
-            tokens_before=total,
-            tokens_after=total,
-            remaining_budget_tokens=max(window - total, 0),
-            skip_reason=cut.skip_reason,
-        )
+        plan.skipped = _skip(request, sum(sizes), cut.skip_reason)
         return plan
     plan.chunks = [
         [dict(e) for e in part]

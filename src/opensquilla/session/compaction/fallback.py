@@ -23,7 +23,7 @@ from typing import Any
 
 from . import obligations as ob
 from .tokens import entry_tokens
-from .tools import tool_items, unanswered_calls
+from .tools import call_name, tool_items, unanswered_calls
 
 IDENTIFIER_INSTRUCTION = (
     "Preserve opaque identifiers exactly as written (UUIDs, hashes, ids, keys, hostnames, IPs, "
@@ -118,16 +118,9 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _call_name(call: Mapping[str, Any]) -> str | None:
-    function = call.get("function")
-    name = function.get("name") if isinstance(function, Mapping) else None
-    name = name or call.get("name")
-    return str(name) if name else None
-
-
 def pending_tool_calls(entries: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
     """``{id: tool name}`` of each tool call in ``entries`` whose result is not among them."""
-    return {key: _call_name(call) for key, call in unanswered_calls(entries).items()}
+    return {key: call_name(call) for key, call in unanswered_calls(entries).items()}
 
 
 def _pending_line(entries: Sequence[Mapping[str, Any]], found: Sequence[ob.Obligation]) -> str:
@@ -170,7 +163,7 @@ def _messages(entries: Sequence[Mapping[str, Any]]) -> list[_Message]:
     for index, entry in enumerate(entries):
         text = message_text(entry.get("content"))
         calls = tool_items(entry)
-        names = [name for call in calls if (name := _call_name(call))]
+        names = [name for call in calls if (name := call_name(call))]
         if names:
             called = f"(called {', '.join(dict.fromkeys(names))})"
         else:

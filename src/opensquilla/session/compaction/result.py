@@ -38,6 +38,11 @@ class CompactionRequest:
     config: CompactionConfig = field(default_factory=CompactionConfig)
     custom_instructions: str | None = None
     entry_ids: list[int | None] | None = None  # row ids, for obligation provenance
+    # The entries' message ids, for the protected boundary (one per entry).
+    entry_message_ids: list[str | None] | None = None
+    # Keep the entry carrying this message id and every later one (HEAD-FEATURES §5.2);
+    # no entry carries it: skip with ``protected_boundary_missing``.
+    protected_boundary_message_id: str | None = None
 
 
 @dataclass
@@ -83,7 +88,7 @@ def result_document(result: CompactionResult) -> str:
     answer an equal compaction; the kept entries it reads from the transcript itself)."""
     document = asdict(result)
     del document["kept_entries"]
-    return json.dumps(document, sort_keys=True, ensure_ascii=False, default=str)
+    return json.dumps(document, sort_keys=True, default=str)  # ASCII: no NUL, no surrogate
 
 
 def result_from_document(text: str, kept_entries: list[dict[str, Any]]) -> CompactionResult:

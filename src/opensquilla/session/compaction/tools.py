@@ -40,6 +40,14 @@ def item_call_id(item: Mapping[str, Any]) -> str | None:
     return str(call_id) if call_id else None
 
 
+def call_name(item: Mapping[str, Any]) -> str | None:
+    """The tool a call names: OpenAI's ``function.name``, else ``name``."""
+    function = item.get("function")
+    name = function.get("name") if isinstance(function, Mapping) else None
+    name = name or item.get("name")
+    return str(name) if name else None
+
+
 def is_result_item(item: Mapping[str, Any]) -> bool:
     """An item that carries a call's result rather than the call itself."""
     return item.get("type") == "tool_result" or "result" in item

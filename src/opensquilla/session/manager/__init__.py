@@ -340,7 +340,10 @@ class SessionManager(TranscriptCalls, ArchiveCalls):
         in one transaction; or nothing changes and the result says why (``skip_reason``,
         ``stale_preimage`` when the transcript changed while the summariser ran). Options:
         ``compaction_id``, ``trigger_reason``, ``flush_receipt_status``,
-        ``mutation_context`` (a lock around the read and the commit), ``summarizer``."""
+        ``mutation_context`` (a lock around the read and the commit), ``summarizer``,
+        ``protected_boundary_message_id`` (that live row and every later one stay live;
+        none carries it: skipped with ``protected_boundary_missing``, nothing called or
+        written)."""
         return await self._compactor.compact_with_result(
             session_key, context_window_tokens, config, custom_instructions, **options
         )

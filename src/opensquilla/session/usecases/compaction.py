@@ -184,6 +184,7 @@ class Compactor:
         flush_receipt_status = options.get("flush_receipt_status")
         mutation_context = options.get("mutation_context")
         summarizer = options.get("summarizer")
+        boundary = options.get("protected_boundary_message_id")
         if config is None:
             config = CompactionConfig()
         elif not isinstance(config, CompactionConfig):
@@ -202,6 +203,7 @@ class Compactor:
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
         check_compaction_options(compaction_id, trigger_reason, flush_receipt_status)
+        check_optional_text("protected_boundary_message_id", boundary, identifier=True)
         if mutation_context is not None and not callable(mutation_context):
             raise InvalidInputError(
                 "mutation_context must be a callable returning a context manager"
@@ -230,7 +232,10 @@ class Compactor:
                 config=config,
                 custom_instructions=custom_instructions,
                 entry_ids=[entry.id for entry in live],
+                entry_message_ids=[entry.message_id for entry in live],
+                protected_boundary_message_id=boundary,
             )
+            # A missing boundary is a skip here: no summariser call, no flight, no write.
             plan = plan_compaction(request)
             if plan.skipped is not None:
                 return plan.skipped
@@ -240,11 +245,12 @@ class Compactor:
                 "epoch": node.epoch,
                 "live": live,
                 "context_window_tokens": context_window_tokens,
-                "config": config,
+                "config": plan.config,  # with the tail bound to the protected boundary
                 "custom_instructions": custom_instructions,
                 "flush_receipt_status": flush_receipt_status,
                 "compaction_id": compaction_id,
                 "against_source": against_source,
+                "protected_boundary_message_id": boundary,
             }
             flight = flight_key(
                 **inputs,

@@ -94,10 +94,12 @@ SOURCE_ONLY_OPTIONS = (
 
 class CompactionOptions(PersistOptions, total=False):
     """The keyword options of a compaction: the record options, the caller's lock around
-    the read and the commit, and a summariser for this run."""
+    the read and the commit, a summariser for this run, and the message id from which on
+    every row stays live (docs/semantics.md#protected-boundary)."""
 
     mutation_context: MutationContext | None
     summarizer: Summarizer | None
+    protected_boundary_message_id: str | None
 
 
 def refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None:
