@@ -1,15 +1,15 @@
-"""The cross-process compaction lease (revision 0005, docs/semantics.md#single-flight).
+"""The cross-process compaction lease (revision 0005, docs/semantics.md#compaction-lease).
 
-Two storage instances on one database stand for two worker processes: each has its own
-in-process flight registry, so they meet only through the lease in the database. (Four real
-processes: tests/reliability/test_compaction_lease_processes.py.) Both backends; every
-interleaving is forced by events, or by what the database shows."""
+Storage instances on one database (the ``managers`` fixture) stand for worker processes:
+each has its own in-process flight registry, so they meet only through the lease in the
+database. (Four real processes: tests/reliability/test_compaction_lease_processes.py.) Both
+backends; every interleaving is forced by events, or by what the database shows."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -24,27 +24,14 @@ from .test_single_flight import KEY, WAIT, WINDOW, BlockingSummarizer, seed, unt
 LEASED = CompactionConfig(lease_seconds=30)
 
 
-@pytest.fixture
-async def workers(database: str) -> AsyncIterator[list[SessionManager]]:
-    """Two "workers": a storage each, on the same database."""
-    stores = [SessionStorage(database) for _ in range(2)]
-    for store in stores:
-        await store.connect()
-    try:
-        yield [SessionManager(store, inject_time_prefix=False) for store in stores]
-    finally:
-        for store in stores:
-            await store.close()
-
-
 def _waiting(caplog: pytest.LogCaptureFixture) -> Callable[[], bool]:
     return lambda: any(record.msg == WAIT_MESSAGE for record in caplog.records)
 
 
 async def test_a_second_worker_waits_and_receives_the_first_ones_result(
-    workers: list[SessionManager], caplog: pytest.LogCaptureFixture
+    managers: list[SessionManager], caplog: pytest.LogCaptureFixture
 ) -> None:
-    first, second = workers
+    first, second, _ = managers
     caplog.set_level(logging.INFO, logger="opensquilla.session.compactor")
     await seed(first)
     owner_summarizer, other_summarizer = BlockingSummarizer(), BlockingSummarizer()
@@ -69,11 +56,11 @@ async def test_a_second_worker_waits_and_receives_the_first_ones_result(
 
 
 async def test_different_inputs_take_turns_and_the_later_one_plans_again(
-    workers: list[SessionManager], caplog: pytest.LogCaptureFixture
+    managers: list[SessionManager], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A waiter whose inputs differ (another window) does not take the result: once the
     holder is done it plans on the transcript as it now is, rather than fail as stale."""
-    first, second = workers
+    first, second, _ = managers
     caplog.set_level(logging.INFO, logger="opensquilla.session.compactor")
     await seed(first)
     summarizer = BlockingSummarizer()
@@ -97,11 +84,11 @@ async def test_different_inputs_take_turns_and_the_later_one_plans_again(
 
 
 async def test_a_lease_whose_holder_stopped_renewing_it_lapses(
-    workers: list[SessionManager], storage: SessionStorage, caplog: pytest.LogCaptureFixture
+    managers: list[SessionManager], storage: SessionStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A worker that crashed mid-run leaves its lease; another worker waits for it to lapse,
     then plans again and compacts."""
-    first, _ = workers
+    first, _, _ = managers
     caplog.set_level(logging.INFO, logger="opensquilla.session.compactor")
     await seed(first)
     assert await storage.acquire_compaction_lease(KEY, "sid", "crashed-run", "gone", 300)
@@ -120,9 +107,9 @@ async def test_a_lease_whose_holder_stopped_renewing_it_lapses(
 
 
 async def test_a_cancelled_holder_gives_its_lease_up(
-    workers: list[SessionManager], storage: SessionStorage
+    managers: list[SessionManager], storage: SessionStorage
 ) -> None:
-    first, second = workers
+    first, second, _ = managers
     await seed(first)
     summarizer = BlockingSummarizer()
     owner = asyncio.create_task(

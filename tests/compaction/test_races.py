@@ -19,19 +19,6 @@ KEY = "agent:main:race"
 WAIT = 120.0  # a hang guard: every wait below is for an event the other side must set
 
 
-@pytest.fixture
-async def managers(database: str) -> AsyncIterator[list[SessionManager]]:
-    """Three managers, each over its own storage (its own engine and pool)."""
-    stores = [SessionStorage(database) for _ in range(3)]
-    for store in stores:
-        await store.connect()
-    try:
-        yield [SessionManager(store, inject_time_prefix=False) for store in stores]
-    finally:
-        for store in stores:
-            await store.close()
-
-
 class HookedSummarizer:
     """Fallback text, but the first chunk first runs ``hook`` (a rendezvous or an append)."""
 
