@@ -23,6 +23,7 @@ from opensquilla.session.compaction import (
 from opensquilla.session.compaction.rounds import is_live_round
 from opensquilla.session.errors import ConfigurationError
 from opensquilla.session.usecases.compaction_flight import flight_key
+from opensquilla.session.usecases.compaction_source import source_preimage
 
 ROUNDS = CompactionConfig(safety_margin=1.0, cut_policy="api_rounds")
 ROUNDS_NO_TAIL = CompactionConfig(
@@ -363,7 +364,7 @@ def test_the_cut_settings_are_part_of_the_flight_key() -> None:
             session_key="agent:main:rounds",
             session_id="s-1",
             epoch=0,
-            live=[],
+            preimage=source_preimage([]),
             context_window_tokens=1000,
             config=config,
             custom_instructions=None,

@@ -18,6 +18,7 @@ from opensquilla.session.compaction import CompactionConfig, CompactionResult
 from opensquilla.session.compaction.result import result_document, result_from_document
 from opensquilla.session.usecases.compaction_flight import flight_key
 from opensquilla.session.usecases.compaction_lease import WAIT_MESSAGE
+from opensquilla.session.usecases.compaction_source import source_preimage
 
 from .test_single_flight import KEY, WAIT, WINDOW, BlockingSummarizer, seed, until
 
@@ -144,7 +145,7 @@ async def test_a_result_the_database_does_not_show_is_not_taken(
         session_key=KEY,
         session_id=node.session_id,
         epoch=node.epoch,
-        live=await manager.get_transcript(KEY),
+        preimage=source_preimage(await manager.get_transcript(KEY)),
         context_window_tokens=WINDOW,
         config=LEASED,
         custom_instructions=None,
@@ -211,7 +212,7 @@ def test_the_lease_key_is_equal_across_processes_and_holds_no_api_key() -> None:
         "session_key": KEY,
         "session_id": "sid",
         "epoch": 0,
-        "live": [],
+        "preimage": source_preimage([]),
         "context_window_tokens": WINDOW,
         "custom_instructions": None,
         "flush_receipt_status": None,

@@ -21,6 +21,7 @@ from opensquilla.session.usecases.compaction_flight import (
     flight_key,
     running_flights,
 )
+from opensquilla.session.usecases.compaction_source import source_preimage
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:single-flight"
@@ -318,7 +319,7 @@ def test_flight_key_is_credential_aware_and_holds_no_secret() -> None:
             session_key=KEY,
             session_id="s-1",
             epoch=0,
-            live=[],
+            preimage=source_preimage([]),
             context_window_tokens=WINDOW,
             config=config,
             custom_instructions="secret instructions",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .config import CompactionConfig
@@ -86,8 +86,7 @@ _DOCUMENT_FIELDS = tuple(f.name for f in fields(CompactionResult) if f.name != "
 def result_document(result: CompactionResult) -> str:
     """``result`` as JSON text without its kept entries (what another worker needs to
     answer an equal compaction; the kept entries it reads from the transcript itself)."""
-    document = asdict(result)
-    del document["kept_entries"]
+    document = {name: getattr(result, name) for name in _DOCUMENT_FIELDS}
     return json.dumps(document, sort_keys=True, default=str)  # ASCII: no NUL, no surrogate
 
 

@@ -59,6 +59,7 @@ from .compaction_options import (
     flush_status,
     refuse_unknown,
 )
+from .compaction_source import source_preimage
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
@@ -243,7 +244,7 @@ class Compactor:
                 "session_key": key,
                 "session_id": node.session_id,
                 "epoch": node.epoch,
-                "live": live,
+                "preimage": source_preimage(live),
                 "context_window_tokens": context_window_tokens,
                 "config": plan.config,  # with the tail bound to the protected boundary
                 "custom_instructions": custom_instructions,

@@ -20,13 +20,11 @@ import hmac
 import json
 import secrets
 import weakref
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..compaction import CompactionConfig, CompactionResult
-from ..models import TranscriptEntry
 from ..storage import SessionStorage
-from .compaction_source import source_preimage
 
 # A per-process random key: a secret that decides the flight (the API key of a config) is
 # folded in only as an HMAC under it, so no key, log or dump ever holds the secret.
@@ -63,7 +61,7 @@ def flight_key(
     session_key: str,
     session_id: str,
     epoch: int,
-    live: Sequence[TranscriptEntry],
+    preimage: str,
     context_window_tokens: int,
     config: CompactionConfig,
     custom_instructions: str | None,
@@ -74,7 +72,8 @@ def flight_key(
     protected_boundary_message_id: str | None,
     portable: bool = False,
 ) -> str:
-    """The SHA-256 (hex) of everything that decides what a compaction writes.
+    """The SHA-256 (hex) of everything that decides what a compaction writes; ``preimage``
+    is :func:`.compaction_source.source_preimage` of the planned live rows.
 
     ``trigger_reason`` is left out: it is a label, and the owner's is the one stored. An
     explicit ``compaction_id`` is in: a caller naming its compaction gets that one or its
@@ -89,7 +88,7 @@ def flight_key(
         "session_key": session_key,
         "session_id": session_id,
         "epoch": epoch,
-        "live": source_preimage(live),
+        "live": preimage,
         "context_window_tokens": context_window_tokens,
         "config": config_fingerprint(config, portable=portable),
         "custom_instructions": _sha256(custom_instructions),

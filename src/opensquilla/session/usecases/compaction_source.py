@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key
@@ -42,24 +41,20 @@ _PREIMAGE_COLUMNS = (
 _PREIMAGE_JSON_COLUMNS = ("tool_calls", "turn_usage", "turn_context")
 
 
-def _stable_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def preimage_row(entry: TranscriptEntry) -> dict[str, Any]:
-    """One row of the preimage: the compared columns, the JSON ones as stable JSON."""
-    row: dict[str, Any] = {name: getattr(entry, name) for name in _PREIMAGE_COLUMNS}
-    for name in _PREIMAGE_JSON_COLUMNS:
-        row[name] = _stable_json(getattr(entry, name))
-    return row
+def _preimage_line(entry: TranscriptEntry) -> bytes:
+    """One row of the preimage: the compared columns, then the JSON ones, as one JSON
+    array (objects with sorted keys), one line."""
+    values = [getattr(entry, name) for name in _PREIMAGE_COLUMNS]
+    values.extend(getattr(entry, name) for name in _PREIMAGE_JSON_COLUMNS)
+    line = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return line.encode("utf-8", "surrogatepass") + b"\n"
 
 
 def source_preimage(entries: Sequence[TranscriptEntry]) -> str:
     """The SHA-256 (hex) of the entries' preimage rows, in order."""
     digest = hashlib.sha256()
     for entry in entries:
-        digest.update(_stable_json(preimage_row(entry)).encode("utf-8"))
-        digest.update(b"\n")
+        digest.update(_preimage_line(entry))
     return digest.hexdigest()
 
 
