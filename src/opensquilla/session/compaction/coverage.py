@@ -26,8 +26,8 @@ from .payload import build_payload, source_coverage
 from .summary_replay import STRUCTURED_HEADER, format_compaction_summary_context
 from .tools import unanswered_calls
 
-#: Selection order under verified backfill, most important first; within a kind the newest
-#: come first. A pending tool-call id ranks as :data:`PENDING_RANK`.
+#: Selection order under verified backfill (after the reserved obligations), most important
+#: first; within a kind the newest come first.
 KIND_PRIORITY = (
     ob.USER_GOAL,
     ob.USER_CONSTRAINT,
@@ -43,8 +43,7 @@ KIND_PRIORITY = (
     ob.TOOL_RESULT_FACT,
     ob.IDENTIFIER,
 )
-PENDING_RANK = 2  # after goals and constraints, before next actions
-_RANK = {kind: rank + (rank >= PENDING_RANK) for rank, kind in enumerate(KIND_PRIORITY)}
+_RANK = {kind: rank for rank, kind in enumerate(KIND_PRIORITY)}
 
 #: ``(section title, payload key)`` in the order a structured summary renders them.
 _SECTIONS = (
@@ -86,19 +85,19 @@ def select_obligations(
     the newest constraint and the id of every pending call first, then the rest by
     :data:`KIND_PRIORITY`, newest first within a kind."""
     pending_set = set(pending)
-
-    def is_pending(item: ob.Obligation) -> bool:
-        return item.kind == ob.TOOL_RESULT_ID and item.value in pending_set
-
     reserved: list[int] = []
     for kind in (ob.USER_GOAL, ob.USER_CONSTRAINT):
         newest = [i for i, item in enumerate(found) if item.kind == kind]
         reserved += newest[-1:]
-    reserved += [i for i, item in enumerate(found) if is_pending(item)]
+    reserved += [
+        i
+        for i, item in enumerate(found)
+        if item.kind == ob.TOOL_RESULT_ID and item.value in pending_set
+    ]
     chosen = set(reserved[:limit])
     ranked = sorted(
         (i for i in range(len(found)) if i not in chosen),
-        key=lambda i: (PENDING_RANK if is_pending(found[i]) else _RANK[found[i].kind], -i),
+        key=lambda i: (_RANK[found[i].kind], -i),
     )
     chosen.update(ranked[: max(limit - len(chosen), 0)])
     return [found[i] for i in sorted(chosen)]
