@@ -34,6 +34,10 @@ class CompactionConfig:
     base_url: str = "https://openrouter.ai/api/v1"
     timeout_seconds: float = 90.0
     coverage_blocking: bool = False
+    # Upstream's strict-coverage backfill (docs/semantics.md#verified-backfill): the summary
+    # is the structured payload rendered as sections, and under coverage_blocking only a
+    # fact that rendering still lacks blocks. Off: the contract's coverage.
+    verified_backfill: bool = False
     compaction_profile: str = "conversation"
     protected_recent_messages: int = 0
     # The bound of one whole compaction (read, summarise, commit), in seconds; past it the
@@ -94,7 +98,7 @@ class CompactionConfig:
                 raise ConfigurationError(
                     f"{name} must be a string, not {type(getattr(self, name)).__name__}"
                 )
-        for name in ("coverage_blocking", "protect_semantic_tail"):
+        for name in ("coverage_blocking", "verified_backfill", "protect_semantic_tail"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(
                     f"{name} must be True or False, not {_kind(getattr(self, name))}"

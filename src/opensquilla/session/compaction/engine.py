@@ -15,9 +15,8 @@ from typing import Any
 
 from . import planner
 from .config import CompactionConfig
+from .coverage import cover_summary, removed_obligations
 from .fallback import budget_tokens_for, fallback_summary, merge_chunk_summaries
-from .obligations import check_coverage, extract_obligations
-from .payload import build_payload
 from .result import CompactionRequest, CompactionResult
 from .tokens import entry_tokens, estimate_tokens
 
@@ -142,7 +141,8 @@ def finish_compaction(
     removed = entries[: plan.cut]
     kept = entries[plan.cut :]
     ids = request.entry_ids[: plan.cut] if request.entry_ids is not None else None
-    obligations = extract_obligations(removed, ids)
+    verified = config.verified_backfill
+    obligations, pending = removed_obligations(removed, ids, entries, verified=verified)
     texts = [text.strip() if text and text.strip() else None for text in chunk_summaries]
     llm_parts = sum(
         text is not None and source == "llm"
@@ -169,8 +169,10 @@ def finish_compaction(
     if plan.previous_summary:
         summary = f"[Previous context]\n{plan.previous_summary}\n\n[New context]\n{summary}"
 
-    coverage = check_coverage(summary, obligations, blocking=config.coverage_blocking)
-    payload = build_payload(summary, obligations, coverage)
+    covered = cover_summary(
+        summary, obligations, blocking=config.coverage_blocking, verified=verified, pending=pending
+    )
+    summary, coverage = covered.summary, covered.coverage
     kept_tokens = sum(plan.sizes[plan.cut :])
     tokens_after = estimate_tokens(summary) + kept_tokens
     result = CompactionResult(
@@ -182,7 +184,7 @@ def finish_compaction(
         tokens_before=plan.total,
         tokens_after=tokens_after,
         remaining_budget_tokens=max(window - tokens_after, 0),
-        summary_payload=payload,
+        summary_payload=covered.payload,
         summary_format="structured_v1",
         coverage_status=coverage.status,
         missing_obligations=list(coverage.missing),

@@ -13,8 +13,9 @@ that cap the newest summaries are budgeted first (the output stays chronological
 * once a summary cannot be kept even so, it and every older one are left out, announced by
   one line saying how many.
 
-The engine's own summaries are plain text, so they replay as legacy text; structured ones
-come from upstream databases or callers that render a structured payload.
+The engine's own summaries are plain text, so they replay as legacy text, except under
+verified backfill (:mod:`.coverage`), which renders its payload as a structured summary;
+other structured ones come from upstream databases or callers.
 """
 
 from __future__ import annotations
