@@ -900,6 +900,7 @@ MANAGER_READS = {
     "get_summaries",
     "get_latest_summary",
     "get_context_states",
+    "get_compaction_context_records",
     "list_degraded_compactions",
     "get_compaction",
     "get_compaction_preimage",
@@ -1047,12 +1048,17 @@ USECASE_READS = {
     "pages.coverage",
     "compaction_source.capture_compaction_source",
     "session_archive.capture_session_archive",
+    "context.context_records",
+    "context_records.read_rolling_context",
 }
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",
     "branching.branch_session": "usecase_branch_fork",
     "transcript.truncate_transcript": "usecase_truncate_count",
     "compaction_commit.rewrite_compacted_session": "usecase_rewrite_summary",
+    # The same commit with its skip reason: rewrite_compacted_session forwards to it, so
+    # the cases of that one reach its checks.
+    "compaction_commit.rewrite_or_reason": "usecase_rewrite_summary",
     "retention.prune_stale": "usecase_prune_batch",
     "retention.cap_sessions": "usecase_cap_batch",
     "messages.remove_message": "usecase_messages_remove_id",

@@ -8,12 +8,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from . import obligations as ob
+from .summary_replay import STRUCTURED_HEADER
 
 
 class SourceCoverage(BaseModel):
-    status: str
-    checked_obligations: int
-    covered_obligations: int
+    # Defaults only for reading a payload that lacks them (a caller's or an older one);
+    # build_payload always sets all three.
+    status: str = "unknown"
+    checked_obligations: int = 0
+    covered_obligations: int = 0
 
 
 class StructuredSummaryV1(BaseModel):
@@ -34,12 +37,61 @@ class StructuredSummaryV1(BaseModel):
     do_not_repeat: list[str] = Field(default_factory=list)
     unresolved_questions: list[str] = Field(default_factory=list)
     critical_carry_forward: list[str] = Field(default_factory=list)
-    source_coverage: SourceCoverage
+    source_coverage: SourceCoverage = Field(default_factory=SourceCoverage)
+
+
+#: (field, section title), in rendering order.
+_SECTIONS = (
+    ("user_goal", "Goal"),
+    ("current_status", "Current Status"),
+    ("next_action", "Next Action"),
+    ("completed_steps", "Completed Steps"),
+    ("open_steps", "Open Steps"),
+    ("files_and_artifacts", "Files and Artifacts"),
+    ("tool_results_to_remember", "Tool Results To Remember"),
+    ("decisions_and_rationale", "Decisions and Rationale"),
+    ("known_failures", "Known Failures"),
+    ("important_identifiers", "Important Identifiers"),
+    ("constraints_and_preferences", "Constraints and Preferences"),
+    ("do_not_repeat", "Do Not Repeat"),
+    ("unresolved_questions", "Unresolved Questions"),
+    ("critical_carry_forward", "Critical Carry Forward"),
+)
+
+
+def _item(value: str | dict[str, str]) -> str:
+    if isinstance(value, dict):
+        return "- " + "; ".join(f"{key}: {text}" for key, text in value.items())
+    return f"- {value}"
+
+
+def render_structured_summary(summary: StructuredSummaryV1) -> str:
+    """The payload as replay text (the shape summary replay cuts by section): its
+    ``STRUCTURED_HEADER`` line, then one ``Title:`` section per
+    non-empty field, each after a blank line; ``""`` when every field is empty."""
+    sections = []
+    for name, title in _SECTIONS:
+        value = getattr(summary, name)
+        if isinstance(value, list):
+            body = "\n".join(_item(item) for item in value)
+        else:
+            body = (value or "").strip()
+        if body.strip():
+            sections.append(f"{title}:\n{body}")
+    return "\n\n".join([STRUCTURED_HEADER, *sections]) if sections else ""
 
 
 def build_payload(
-    summary: str, obligations: Sequence[ob.Obligation], coverage: ob.Coverage
+    summary: str,
+    obligations: Sequence[ob.Obligation],
+    coverage: ob.Coverage,
+    *,
+    previous_summary_tokens: int | None = None,
 ) -> dict[str, Any]:
+    """The payload of ``summary``. ``previous_summary_tokens`` (rolling checkpoints only):
+    ``source_coverage`` also says whether the summary replaces a previous checkpoint
+    (``replaces_prior_context``) and that checkpoint's size in tokens (0: none)."""
+
     def values(kind: str) -> list[str]:
         return [o.value for o in obligations if o.kind == kind]
 
@@ -66,4 +118,8 @@ def build_payload(
             covered_obligations=coverage.covered,
         ),
     )
-    return payload.model_dump()
+    document = payload.model_dump()
+    if previous_summary_tokens is not None:
+        document["source_coverage"]["replaces_prior_context"] = previous_summary_tokens > 0
+        document["source_coverage"]["previous_summary_tokens"] = previous_summary_tokens
+    return document

@@ -32,7 +32,7 @@ from ..compaction import (
     plan_compaction,
     sanitize_silent_replies,
 )
-from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
+from ..compaction.planner import EMPTY_SUMMARY
 from ..compaction.result import result_from_document
 from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
 from ..keys import canonicalize_session_key
@@ -46,7 +46,7 @@ from ..models import (
 from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
 from . import compaction_persist
-from .compaction_commit import rewrite_compacted_session
+from .compaction_commit import rewrite_or_reason
 from .compaction_flight import Flight, flight_key, join_flight
 from .compaction_lease import HeldLease, Replan, take_lease
 from .compaction_options import (
@@ -59,6 +59,7 @@ from .compaction_options import (
     flush_status,
     refuse_unknown,
 )
+from .context_records import RollingContext, read_rolling_context
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
@@ -82,6 +83,7 @@ class _Run:
     mutation_context: MutationContext | None
     against_source: bool
     lease_key: str | None  # None: no cross-process lease (lease_seconds == 0)
+    context: RollingContext | None  # None: rolling checkpoints off
     deadline: float
     total: float
 
@@ -217,14 +219,17 @@ class Compactor:
         total = config.total_timeout_seconds
         deadline = asyncio.get_running_loop().time() + total
 
-        async def read() -> tuple[SessionNode, list[TranscriptEntry]]:
+        async def read() -> tuple[SessionNode, list[TranscriptEntry], RollingContext | None]:
             async with entered(mutation_context):
-                return await self._read(key)
+                node, live = await self._read(key)
+                if not config.rolling_checkpoints:
+                    return node, live, None
+                return node, live, await read_rolling_context(self._storage, key, node.session_id)
 
         chosen = summarizer if summarizer is not None else self._summarizer
         against_source = self._against_source(mutation_context)
         while True:
-            node, live = await _bounded("read", read(), deadline, total)
+            node, live, context = await _bounded("read", read(), deadline, total)
             request = CompactionRequest(
                 session_id=node.session_id,
                 entries=compaction_input(live),
@@ -234,6 +239,7 @@ class Compactor:
                 entry_ids=[entry.id for entry in live],
                 entry_message_ids=[entry.message_id for entry in live],
                 protected_boundary_message_id=boundary,
+                previous_summary=context.previous_summary if context is not None else None,
             )
             # A missing boundary is a skip here: no summariser call, no flight, no write.
             plan = plan_compaction(request)
@@ -251,6 +257,7 @@ class Compactor:
                 "compaction_id": compaction_id,
                 "against_source": against_source,
                 "protected_boundary_message_id": boundary,
+                "context_fingerprint": context.fingerprint if context is not None else None,
             }
             flight = flight_key(
                 **inputs,
@@ -278,6 +285,7 @@ class Compactor:
                 mutation_context=mutation_context,
                 against_source=against_source,
                 lease_key=lease_key,
+                context=context,
                 deadline=deadline,
                 total=total,
             )
@@ -359,6 +367,9 @@ class Compactor:
         check_room_for_compaction(node)
         now = now_ms()
         removed = live[: result.removed_count]
+        covered = max(entry.id or 0 for entry in removed)
+        if run.context is not None:  # the checkpoint replaces what the previous ones covered
+            covered = max(covered, run.context.covered_through_id)
         summary = SessionSummary(
             session_id=node.session_id,
             session_key=key,
@@ -379,7 +390,7 @@ class Compactor:
             kept_count=len(result.kept_entries),
             chunk_count=result.chunks_processed,
             flush_receipt_status=flush_status(run.flush_receipt_status),
-            covered_through_id=max(entry.id or 0 for entry in removed),
+            covered_through_id=covered,
             created_at=now,
         )
         async with contextlib.AsyncExitStack() as stack:
@@ -392,7 +403,7 @@ class Compactor:
                 run.total,
             )
             slot.committing = True
-            applied = await rewrite_compacted_session(
+            stale = await rewrite_or_reason(
                 self._storage,
                 key,
                 expected_session_id=node.session_id,
@@ -403,12 +414,14 @@ class Compactor:
                 summary=summary,
                 now=now,
                 allow_appended=run.against_source,
+                expected_context_fingerprint=run.context.fingerprint if run.context else None,
             )
-        if applied:
+        if stale is None:
             return result
         log.info(
-            "compaction of %s skipped: the transcript changed meanwhile",
+            "compaction of %s skipped (%s): the transcript or its checkpoints changed meanwhile",
             key,
+            stale,
             extra={"session_key": key, "operation": "compact"},
         )
         try:
@@ -416,7 +429,7 @@ class Compactor:
         except SessionNotFoundError:
             current = []
         return result.skipped(
-            STALE_PREIMAGE,
+            stale,
             kept_entries=compaction_input(current),
             window=run.window,
         )

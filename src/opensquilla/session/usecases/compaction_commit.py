@@ -10,7 +10,9 @@ with their ids. An append that landed meanwhile is never lost, with or without a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from ..compaction.planner import STALE_CONTEXT_STATE, STALE_PREIMAGE
 from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key
 from ..models import (
@@ -23,8 +25,7 @@ from ..models import (
     check_record,
 )
 from ..storage import SessionStorage
-
-PORTABLE_STATE_KIND = "structured_summary_v1"
+from .context_records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
 
 
 def portable_states(summary: SessionSummary, now: int) -> list[SessionContextState]:
@@ -52,6 +53,13 @@ def portable_states(summary: SessionSummary, now: int) -> list[SessionContextSta
 
 
 async def rewrite_compacted_session(
+    storage: SessionStorage, session_key: str, **options: Any
+) -> bool:
+    """:func:`rewrite_or_reason` as ``True`` (written) or ``False`` (nothing written)."""
+    return await rewrite_or_reason(storage, session_key, **options) is None
+
+
+async def rewrite_or_reason(
     storage: SessionStorage,
     session_key: str,
     *,
@@ -65,13 +73,14 @@ async def rewrite_compacted_session(
     new_entries: Sequence[TranscriptEntry] = (),
     now: int,
     allow_appended: bool = False,
-) -> bool:
+    expected_context_fingerprint: str | None = None,
+) -> str | None:
     """In one transaction, when the preimage still holds: the summary (its
     ``compaction_index`` assigned here), the first ``archive_count`` live rows copied to
     the compacted archive and deleted (the rest keep their ids), ``drop_ids`` deleted,
     ``new_entries`` appended, the summary's portable context state saved, and
-    ``compaction_count + 1`` and ``updated_at`` set: ``True``. Otherwise ``False``, and
-    nothing is written.
+    ``compaction_count + 1`` and ``updated_at`` set: ``None``. Otherwise the skip reason
+    (``stale_preimage``, ``stale_context_state``), and nothing is written.
 
     The preimage: the live rows are still ``expected_live_ids``, and the first of them are
     still exactly ``expected_prefix`` (the rows the caller's decision read, as it read
@@ -80,7 +89,11 @@ async def rewrite_compacted_session(
 
     ``allow_appended`` (a commit against a captured source, docs/semantics.md#compaction-source):
     the live rows need only *start* with ``expected_live_ids``; rows after them were appended
-    meanwhile and stay live, ids included."""
+    meanwhile and stay live, ids included.
+
+    ``expected_context_fingerprint`` (a rolling checkpoint, docs/semantics.md#rolling-checkpoints):
+    the generation's active context records must still have that fingerprint, or the summary,
+    which replaces them, would replace a checkpoint it never read."""
     key = canonicalize_session_key(session_key)
     check_integer("archive_count", archive_count)
     check_millis("now", now)
@@ -103,17 +116,21 @@ async def rewrite_compacted_session(
     async with storage.uow.write() as tx:
         node = await tx.sessions.get(key, lock="update")
         if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
-            return False
+            return STALE_PREIMAGE
         positions = await tx.transcript.live_positions(node.session_id)
         live_ids = [row_id for row_id, _ in positions]
         if allow_appended:
             live_ids = live_ids[: len(expected_live_ids)]
         if live_ids != list(expected_live_ids):
-            return False
+            return STALE_PREIMAGE
         if expected_prefix and list(expected_prefix) != await tx.transcript.list_live(
             node.session_id, limit=len(expected_prefix)
         ):
-            return False
+            return STALE_PREIMAGE
+        if expected_context_fingerprint is not None:
+            records = await read_context_records(tx, key, node.session_id, now)
+            if context_fingerprint(records) != expected_context_fingerprint:
+                return STALE_CONTEXT_STATE
         if summary is not None:
             summary.session_id, summary.session_key = node.session_id, key
             summary.id, summary.compaction_index = await tx.summaries.insert(summary)
@@ -139,4 +156,4 @@ async def rewrite_compacted_session(
         await tx.sessions.add_compaction(
             key, now, session_id=node.session_id, epoch=node.epoch, count=node.compaction_count
         )
-    return True
+    return None
