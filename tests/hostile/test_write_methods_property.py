@@ -1056,9 +1056,6 @@ USECASE_WRITES = {
     "branching.branch_session": "usecase_branch_fork",
     "transcript.truncate_transcript": "usecase_truncate_count",
     "compaction_commit.rewrite_compacted_session": "usecase_rewrite_summary",
-    # The same commit with its skip reason: rewrite_compacted_session forwards to it, so
-    # the cases of that one reach its checks.
-    "compaction_commit.rewrite_or_reason": "usecase_rewrite_summary",
     "retention.prune_stale": "usecase_prune_batch",
     "retention.cap_sessions": "usecase_cap_batch",
     "messages.remove_message": "usecase_messages_remove_id",

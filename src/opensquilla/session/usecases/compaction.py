@@ -32,7 +32,7 @@ from ..compaction import (
     plan_compaction,
     sanitize_silent_replies,
 )
-from ..compaction.planner import EMPTY_SUMMARY
+from ..compaction.planner import EMPTY_SUMMARY, STALE_CONTEXT_STATE, STALE_PREIMAGE
 from ..compaction.result import result_from_document
 from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
 from ..keys import canonicalize_session_key
@@ -46,7 +46,7 @@ from ..models import (
 from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
 from . import compaction_persist
-from .compaction_commit import rewrite_or_reason
+from .compaction_commit import ContextStateChanged, rewrite_compacted_session
 from .compaction_flight import Flight, flight_key, join_flight
 from .compaction_lease import HeldLease, Replan, take_lease
 from .compaction_options import (
@@ -222,9 +222,7 @@ class Compactor:
         async def read() -> tuple[SessionNode, list[TranscriptEntry], RollingContext | None]:
             async with entered(mutation_context):
                 node, live = await self._read(key)
-                if not config.rolling_checkpoints:
-                    return node, live, None
-                return node, live, await read_rolling_context(self._storage, key, node.session_id)
+                return node, live, await read_rolling_context(self._storage, config, node)
 
         chosen = summarizer if summarizer is not None else self._summarizer
         against_source = self._against_source(mutation_context)
@@ -367,9 +365,8 @@ class Compactor:
         check_room_for_compaction(node)
         now = now_ms()
         removed = live[: result.removed_count]
-        covered = max(entry.id or 0 for entry in removed)
-        if run.context is not None:  # the checkpoint replaces what the previous ones covered
-            covered = max(covered, run.context.covered_through_id)
+        # A rolling checkpoint also covers what the checkpoints it replaces covered.
+        floor = run.context.covered_through_id if run.context is not None else 0
         summary = SessionSummary(
             session_id=node.session_id,
             session_key=key,
@@ -390,7 +387,7 @@ class Compactor:
             kept_count=len(result.kept_entries),
             chunk_count=result.chunks_processed,
             flush_receipt_status=flush_status(run.flush_receipt_status),
-            covered_through_id=covered,
+            covered_through_id=max(floor, *(entry.id or 0 for entry in removed)),
             created_at=now,
         )
         async with contextlib.AsyncExitStack() as stack:
@@ -403,20 +400,24 @@ class Compactor:
                 run.total,
             )
             slot.committing = True
-            stale = await rewrite_or_reason(
-                self._storage,
-                key,
-                expected_session_id=node.session_id,
-                expected_epoch=node.epoch,
-                expected_live_ids=[entry.id or 0 for entry in live],
-                expected_prefix=removed,
-                archive_count=len(removed),
-                summary=summary,
-                now=now,
-                allow_appended=run.against_source,
-                expected_context_fingerprint=run.context.fingerprint if run.context else None,
-            )
-        if stale is None:
+            try:
+                applied = await rewrite_compacted_session(
+                    self._storage,
+                    key,
+                    expected_session_id=node.session_id,
+                    expected_epoch=node.epoch,
+                    expected_live_ids=[entry.id or 0 for entry in live],
+                    expected_prefix=removed,
+                    archive_count=len(removed),
+                    summary=summary,
+                    now=now,
+                    allow_appended=run.against_source,
+                    expected_context_fingerprint=run.context.fingerprint if run.context else None,
+                )
+                stale = STALE_PREIMAGE
+            except ContextStateChanged:
+                applied, stale = False, STALE_CONTEXT_STATE
+        if applied:
             return result
         log.info(
             "compaction of %s skipped (%s): the transcript or its checkpoints changed meanwhile",

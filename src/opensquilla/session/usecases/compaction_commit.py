@@ -10,9 +10,7 @@ with their ids. An append that landed meanwhile is never lost, with or without a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from ..compaction.planner import STALE_CONTEXT_STATE, STALE_PREIMAGE
 from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key
 from ..models import (
@@ -52,14 +50,13 @@ def portable_states(summary: SessionSummary, now: int) -> list[SessionContextSta
     ]
 
 
+class ContextStateChanged(Exception):
+    """The checkpoints a rolling compaction replaces changed before its commit; raised
+    inside the commit's transaction (which it rolls back, nothing written) and turned into
+    the ``stale_context_state`` skip by the compaction use case."""
+
+
 async def rewrite_compacted_session(
-    storage: SessionStorage, session_key: str, **options: Any
-) -> bool:
-    """:func:`rewrite_or_reason` as ``True`` (written) or ``False`` (nothing written)."""
-    return await rewrite_or_reason(storage, session_key, **options) is None
-
-
-async def rewrite_or_reason(
     storage: SessionStorage,
     session_key: str,
     *,
@@ -74,13 +71,13 @@ async def rewrite_or_reason(
     now: int,
     allow_appended: bool = False,
     expected_context_fingerprint: str | None = None,
-) -> str | None:
+) -> bool:
     """In one transaction, when the preimage still holds: the summary (its
     ``compaction_index`` assigned here), the first ``archive_count`` live rows copied to
     the compacted archive and deleted (the rest keep their ids), ``drop_ids`` deleted,
     ``new_entries`` appended, the summary's portable context state saved, and
-    ``compaction_count + 1`` and ``updated_at`` set: ``None``. Otherwise the skip reason
-    (``stale_preimage``, ``stale_context_state``), and nothing is written.
+    ``compaction_count + 1`` and ``updated_at`` set: ``True``. Otherwise ``False``, and
+    nothing is written.
 
     The preimage: the live rows are still ``expected_live_ids``, and the first of them are
     still exactly ``expected_prefix`` (the rows the caller's decision read, as it read
@@ -93,7 +90,8 @@ async def rewrite_or_reason(
 
     ``expected_context_fingerprint`` (a rolling checkpoint, docs/semantics.md#rolling-checkpoints):
     the generation's active context records must still have that fingerprint, or the summary,
-    which replaces them, would replace a checkpoint it never read."""
+    which replaces them, would replace a checkpoint it never read: else
+    :class:`ContextStateChanged`, nothing written."""
     key = canonicalize_session_key(session_key)
     check_integer("archive_count", archive_count)
     check_millis("now", now)
@@ -116,21 +114,21 @@ async def rewrite_or_reason(
     async with storage.uow.write() as tx:
         node = await tx.sessions.get(key, lock="update")
         if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
-            return STALE_PREIMAGE
+            return False
         positions = await tx.transcript.live_positions(node.session_id)
         live_ids = [row_id for row_id, _ in positions]
         if allow_appended:
             live_ids = live_ids[: len(expected_live_ids)]
         if live_ids != list(expected_live_ids):
-            return STALE_PREIMAGE
+            return False
         if expected_prefix and list(expected_prefix) != await tx.transcript.list_live(
             node.session_id, limit=len(expected_prefix)
         ):
-            return STALE_PREIMAGE
+            return False
         if expected_context_fingerprint is not None:
             records = await read_context_records(tx, key, node.session_id, now)
             if context_fingerprint(records) != expected_context_fingerprint:
-                return STALE_CONTEXT_STATE
+                raise ContextStateChanged(key)
         if summary is not None:
             summary.session_id, summary.session_key = node.session_id, key
             summary.id, summary.compaction_index = await tx.summaries.insert(summary)
@@ -156,4 +154,4 @@ async def rewrite_or_reason(
         await tx.sessions.add_compaction(
             key, now, session_id=node.session_id, epoch=node.epoch, count=node.compaction_count
         )
-    return None
+    return True

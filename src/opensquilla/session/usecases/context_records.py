@@ -17,9 +17,10 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from ..compaction.config import CompactionConfig
 from ..compaction.payload import StructuredSummaryV1, render_structured_summary
 from ..db.uow import Transaction
-from ..models import SessionContextState, SessionSummary
+from ..models import SessionContextState, SessionNode, SessionSummary
 from ..storage import SessionStorage
 from ..support import clock
 
@@ -171,11 +172,14 @@ class RollingContext:
 
 
 async def read_rolling_context(
-    storage: SessionStorage, session_key: str, session_id: str
-) -> RollingContext:
-    """What a rolling compaction of generation ``session_id`` replaces, read now."""
+    storage: SessionStorage, config: CompactionConfig, node: SessionNode
+) -> RollingContext | None:
+    """What a compaction of ``node``'s generation replaces, read now; ``None`` (nothing
+    read) when ``config.rolling_checkpoints`` is off."""
+    if not config.rolling_checkpoints:
+        return None
     async with storage.uow.snapshot() as tx:
-        records = await read_context_records(tx, session_key, session_id, clock.now_ms())
+        records = await read_context_records(tx, node.session_key, node.session_id, clock.now_ms())
     return RollingContext.of(records)
 
 
