@@ -26,7 +26,8 @@ from opensquilla.session.compaction import (
     estimate_tokens,
 )
 from opensquilla.session.compaction.engine import ROLLING_HEADER
-from opensquilla.session.compaction.payload import StructuredSummaryV1, render_structured_summary
+from opensquilla.session.compaction.payload import StructuredSummaryV1
+from opensquilla.session.compaction.structured_render import render_structured_summary
 from opensquilla.session.compaction.summary_replay import split_sections
 from tests.compaction.test_single_flight import WAIT, BlockingSummarizer
 from tests.helpers import table_snapshot
@@ -122,14 +123,16 @@ def test_a_rendered_payload_replays_section_by_section() -> None:
             "critical_carry_forward": ["file_path: docs/x.md"],
         }
     )
-    text = render_structured_summary(payload)
+    text = render_structured_summary(payload.model_dump())
     assert split_sections(text) == [
         ("Goal", "Goal:\nship it"),
         ("Current Status", "Current Status:\nhalf done"),
         ("Files and Artifacts", "Files and Artifacts:\n- path: src/app.py"),
         ("Critical Carry Forward", "Critical Carry Forward:\n- file_path: docs/x.md"),
     ]
-    assert render_structured_summary(StructuredSummaryV1()) == ""
+    assert render_structured_summary(StructuredSummaryV1().model_dump()) == (
+        "[Structured Compaction Summary]"
+    )
 
 
 # -- the projection, pure ----------------------------------------------------------------

@@ -151,9 +151,9 @@ def finish_compaction(
     removed = entries[: plan.cut]
     kept = entries[plan.cut :]
     ids = request.entry_ids[: plan.cut] if request.entry_ids is not None else None
-    removed_obligations = extract_obligations(removed, ids)
+    removed_found = extract_obligations(removed, ids)
     rolling = rolling_checkpoint(request)
-    obligations = removed_obligations
+    obligations = removed_found
     if rolling is not None:  # the previous checkpoint's facts must survive the fold too
         obligations = extract_obligations(
             [{"role": "user", "content": rolling}, *removed],
@@ -176,7 +176,7 @@ def finish_compaction(
             removed,
             identifier_policy=str(config.identifier_policy),
             budget_tokens=budget_tokens_for(sum(plan.sizes[: plan.cut])),
-            obligations=removed_obligations,
+            obligations=removed_found,
         )
     else:
         summary = merge_chunk_summaries(

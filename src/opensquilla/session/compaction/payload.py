@@ -8,7 +8,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from . import obligations as ob
-from .summary_replay import STRUCTURED_HEADER
 
 
 class SourceCoverage(BaseModel):
@@ -38,47 +37,6 @@ class StructuredSummaryV1(BaseModel):
     unresolved_questions: list[str] = Field(default_factory=list)
     critical_carry_forward: list[str] = Field(default_factory=list)
     source_coverage: SourceCoverage = Field(default_factory=SourceCoverage)
-
-
-#: (field, section title), in rendering order.
-_SECTIONS = (
-    ("user_goal", "Goal"),
-    ("current_status", "Current Status"),
-    ("next_action", "Next Action"),
-    ("completed_steps", "Completed Steps"),
-    ("open_steps", "Open Steps"),
-    ("files_and_artifacts", "Files and Artifacts"),
-    ("tool_results_to_remember", "Tool Results To Remember"),
-    ("decisions_and_rationale", "Decisions and Rationale"),
-    ("known_failures", "Known Failures"),
-    ("important_identifiers", "Important Identifiers"),
-    ("constraints_and_preferences", "Constraints and Preferences"),
-    ("do_not_repeat", "Do Not Repeat"),
-    ("unresolved_questions", "Unresolved Questions"),
-    ("critical_carry_forward", "Critical Carry Forward"),
-)
-
-
-def _item(value: str | dict[str, str]) -> str:
-    if isinstance(value, dict):
-        return "- " + "; ".join(f"{key}: {text}" for key, text in value.items())
-    return f"- {value}"
-
-
-def render_structured_summary(summary: StructuredSummaryV1) -> str:
-    """The payload as replay text (the shape summary replay cuts by section): its
-    ``STRUCTURED_HEADER`` line, then one ``Title:`` section per
-    non-empty field, each after a blank line; ``""`` when every field is empty."""
-    sections = []
-    for name, title in _SECTIONS:
-        value = getattr(summary, name)
-        if isinstance(value, list):
-            body = "\n".join(_item(item) for item in value)
-        else:
-            body = (value or "").strip()
-        if body.strip():
-            sections.append(f"{title}:\n{body}")
-    return "\n\n".join([STRUCTURED_HEADER, *sections]) if sections else ""
 
 
 def build_payload(

@@ -18,7 +18,9 @@ from typing import Literal
 from pydantic import ValidationError
 
 from ..compaction.config import CompactionConfig
-from ..compaction.payload import StructuredSummaryV1, render_structured_summary
+from ..compaction.payload import StructuredSummaryV1
+from ..compaction.structured_render import render_structured_summary
+from ..compaction.summary_replay import STRUCTURED_HEADER
 from ..db.uow import Transaction
 from ..models import SessionContextState, SessionNode, SessionSummary
 from ..storage import SessionStorage
@@ -57,7 +59,8 @@ def _rendered(state: SessionContextState) -> str | None:
         structured = StructuredSummaryV1.model_validate(state.payload)
     except ValidationError:
         return None
-    return render_structured_summary(structured) or None
+    text = render_structured_summary(structured.model_dump())
+    return None if text == STRUCTURED_HEADER else text
 
 
 def replaces_prior_context(state: SessionContextState) -> bool:
@@ -81,8 +84,9 @@ def build_compaction_context_records(
     ``summaries``, ordered by ``covered_through_id`` (a state before a summary at equal):
 
     * a state counts when it is valid, unexpired at ``now_ms`` (default: now), portable,
-      of kind ``structured_summary_v1`` with a dict payload that validates and renders;
-      of several covering the same id, the newest (``created_at``, then ``id``);
+      of kind ``structured_summary_v1`` with a dict payload that validates and renders at
+      least one section; of several covering the same id, the newest (``created_at``, then
+      ``id``);
     * the newest counting state flagged ``replaces_prior_context`` drops every other state
       and every summary covering no further than it does;
     * a summary whose ``covered_through_id`` no counting state covers stands as its
