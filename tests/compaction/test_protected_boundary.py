@@ -20,8 +20,8 @@ from opensquilla.session.compaction import (
 )
 from opensquilla.session.compaction.engine import bound_to_boundary
 from opensquilla.session.compaction.fallback import fallback_chunk_summary
-from opensquilla.session.usecases.compaction import compaction_input
 from opensquilla.session.usecases.compaction_flight import running_flights
+from opensquilla.session.usecases.compaction_source import compaction_input
 from tests.compaction.test_single_flight import WAIT, BlockingSummarizer, callers, until
 from tests.helpers import table_snapshot
 

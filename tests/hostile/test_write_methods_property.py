@@ -900,6 +900,7 @@ MANAGER_READS = {
     "get_summaries",
     "get_latest_summary",
     "get_context_states",
+    "get_compaction_context_records",
     "list_degraded_compactions",
     "get_compaction",
     "get_compaction_preimage",
@@ -1047,6 +1048,8 @@ USECASE_READS = {
     "pages.coverage",
     "compaction_source.capture_compaction_source",
     "session_archive.capture_session_archive",
+    "context.context_records",
+    "context_records.read_rolling_context",
 }
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",

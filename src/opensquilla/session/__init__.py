@@ -29,12 +29,14 @@ from .models import (
     TranscriptEntry,
 )
 from .storage import SessionStorage
+from .usecases.context_records import CompactionContextRecord, build_compaction_context_records
 
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
     "ArchiveWriteError",
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
+    "CompactionContextRecord",
     "CompactionSourceSnapshot",
     "CompactionTimeoutError",
     "ConfigurationError",
@@ -54,4 +56,5 @@ __all__ = [
     "SessionSummary",
     "StaleEpochError",
     "TranscriptEntry",
+    "build_compaction_context_records",
 ]

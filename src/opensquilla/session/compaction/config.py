@@ -53,6 +53,10 @@ class CompactionConfig:
     # Under "api_rounds" only: the latest round stays raw while it is still live (an
     # unanswered question, a call without its result, a result still running).
     protect_semantic_tail: bool = True
+    # Rolling checkpoints (docs/semantics.md#rolling-checkpoints): the active context records
+    # are folded into the new summary, which replaces them. Off: the contract's independent
+    # summaries.
+    rolling_checkpoints: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -98,7 +102,12 @@ class CompactionConfig:
                 raise ConfigurationError(
                     f"{name} must be a string, not {type(getattr(self, name)).__name__}"
                 )
-        for name in ("coverage_blocking", "verified_backfill", "protect_semantic_tail"):
+        for name in (
+            "coverage_blocking",
+            "verified_backfill",
+            "protect_semantic_tail",
+            "rolling_checkpoints",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(
                     f"{name} must be True or False, not {_kind(getattr(self, name))}"

@@ -22,6 +22,7 @@ from .tokens import entry_tokens, estimate_tokens
 
 MAX_CUSTOM_INSTRUCTIONS = 2000
 PREVIOUS_SUMMARY_MARKER = "__prev_summary__:"
+ROLLING_HEADER = "[Deterministic rolling context]"
 
 
 def normalize_instructions(custom_instructions: str | None) -> tuple[str | None, str | None]:
@@ -36,6 +37,14 @@ def normalize_instructions(custom_instructions: str | None) -> tuple[str | None,
         previous = first[len(PREVIOUS_SUMMARY_MARKER) :].strip() or None
         return rest.strip() or None, previous
     return text, None
+
+
+def rolling_checkpoint(request: CompactionRequest) -> str | None:
+    """The previous checkpoint a rolling compaction folds in (stripped), or ``None``: the
+    switch is off or there is none."""
+    if not request.config.rolling_checkpoints:
+        return None
+    return (request.previous_summary or "").strip() or None
 
 
 def _kept(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -143,6 +152,15 @@ def finish_compaction(
     ids = request.entry_ids[: plan.cut] if request.entry_ids is not None else None
     verified = config.verified_backfill
     obligations, pending = removed_obligations(removed, ids, entries, verified=verified)
+    removed_found = obligations  # what the fallback keeps: the removed rows' own facts
+    rolling = rolling_checkpoint(request)
+    if rolling is not None:  # the previous checkpoint's facts must survive the fold too
+        obligations, pending = removed_obligations(
+            [{"role": "user", "content": rolling}, *removed],
+            None if ids is None else [None, *ids],
+            entries,
+            verified=verified,
+        )
     texts = [text.strip() if text and text.strip() else None for text in chunk_summaries]
     llm_parts = sum(
         text is not None and source == "llm"
@@ -160,7 +178,7 @@ def finish_compaction(
             removed,
             identifier_policy=str(config.identifier_policy),
             budget_tokens=budget_tokens_for(sum(plan.sizes[: plan.cut])),
-            obligations=obligations,
+            obligations=removed_found,
         )
     else:
         summary = merge_chunk_summaries(
@@ -168,20 +186,31 @@ def finish_compaction(
         )
     if plan.previous_summary:
         summary = f"[Previous context]\n{plan.previous_summary}\n\n[New context]\n{summary}"
+    previous_tokens: int | None = None
+    if config.rolling_checkpoints:
+        previous_tokens = estimate_tokens(rolling) if rolling else 0
+        if rolling:
+            summary = f"{ROLLING_HEADER}\n{rolling}\n\n{summary}"
 
     covered = cover_summary(
         summary, obligations, blocking=config.coverage_blocking, verified=verified, pending=pending
     )
     summary, coverage = covered.summary, covered.coverage
+    if previous_tokens is not None:
+        # Rolling checkpoints: whether this summary replaces a previous one, and its size.
+        covered.payload["source_coverage"]["replaces_prior_context"] = previous_tokens > 0
+        covered.payload["source_coverage"]["previous_summary_tokens"] = previous_tokens
     kept_tokens = sum(plan.sizes[plan.cut :])
     tokens_after = estimate_tokens(summary) + kept_tokens
+    # The context a rolling checkpoint replaces includes the previous checkpoint.
+    tokens_before = plan.total + (previous_tokens or 0)
     result = CompactionResult(
         summary=summary,
         kept_entries=_kept(kept),
         removed_count=len(removed),
         chunks_processed=len(texts),
         summary_source=summary_source,
-        tokens_before=plan.total,
+        tokens_before=tokens_before,
         tokens_after=tokens_after,
         remaining_budget_tokens=max(window - tokens_after, 0),
         summary_payload=covered.payload,
@@ -194,8 +223,8 @@ def finish_compaction(
         result.summary = ""
         result.removed_count = 0
         result.kept_entries = _kept(entries)
-        result.tokens_after = plan.total
-        result.remaining_budget_tokens = max(window - plan.total, 0)
+        result.tokens_after = tokens_before
+        result.remaining_budget_tokens = max(window - tokens_before, 0)
         result.skip_reason = planner.COVERAGE_BLOCKED
         return result
 
@@ -207,18 +236,18 @@ def finish_compaction(
         "profile": config.compaction_profile,
         "protected_recent_messages": protected,
         "protected_tail_preserved": tail_preserved,
-        "compression_ratio": tokens_after / plan.total if plan.total else 0.0,
+        "compression_ratio": tokens_after / tokens_before if tokens_before else 0.0,
         "fits_context_window": tokens_after * config.safety_margin <= window,
         "passes_structural_gate": bool(
-            result.removed_count > 0 and tail_preserved and tokens_after < plan.total
+            result.removed_count > 0 and tail_preserved and tokens_after < tokens_before
         ),
     }
     if not result.quality_report["passes_structural_gate"]:
         result.summary = ""
         result.removed_count = 0
         result.kept_entries = _kept(entries)
-        result.tokens_after = plan.total
-        result.remaining_budget_tokens = max(window - plan.total, 0)
+        result.tokens_after = tokens_before
+        result.remaining_budget_tokens = max(window - tokens_before, 0)
         result.skip_reason = planner.QUALITY_GATE_FAILED
     return result
 

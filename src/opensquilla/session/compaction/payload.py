@@ -11,9 +11,11 @@ from . import obligations as ob
 
 
 class SourceCoverage(BaseModel):
-    status: str
-    checked_obligations: int
-    covered_obligations: int
+    # Defaults only for reading a payload that lacks them (a caller's or an older one);
+    # build_payload always sets all three.
+    status: str = "unknown"
+    checked_obligations: int = 0
+    covered_obligations: int = 0
 
 
 class StructuredSummaryV1(BaseModel):
@@ -38,7 +40,7 @@ class StructuredSummaryV1(BaseModel):
     do_not_repeat: list[str] = Field(default_factory=list)
     unresolved_questions: list[str] = Field(default_factory=list)
     critical_carry_forward: list[str] = Field(default_factory=list)
-    source_coverage: SourceCoverage
+    source_coverage: SourceCoverage = Field(default_factory=SourceCoverage)
 
 
 _VERIFIED_ONLY = frozenset({"executed_commands_and_tests", "pending_tool_and_approval_ids"})

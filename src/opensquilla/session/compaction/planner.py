@@ -21,6 +21,7 @@ QUALITY_GATE_FAILED = "quality_gate_failed"
 NO_CONTEXT_WINDOW = "no_context_window"
 EMPTY_SUMMARY = "empty_summary"
 STALE_PREIMAGE = "stale_preimage"
+STALE_CONTEXT_STATE = "stale_context_state"
 PROTECTED_BOUNDARY_MISSING = "protected_boundary_missing"
 
 

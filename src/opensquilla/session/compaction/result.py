@@ -43,6 +43,9 @@ class CompactionRequest:
     # Keep the entry carrying this message id and every later one (HEAD-FEATURES §5.2);
     # no entry carries it: skip with ``protected_boundary_missing``.
     protected_boundary_message_id: str | None = None
+    # Rolling checkpoints only (``config.rolling_checkpoints``): the text of the active
+    # context records this compaction's summary replaces (docs/semantics.md#rolling-checkpoints).
+    previous_summary: str | None = None
 
 
 @dataclass

@@ -35,6 +35,7 @@ from ..usecases.compaction_options import (
     PersistSourceOptions,
 )
 from ..usecases.compaction_source import capture_compaction_source
+from ..usecases.context_records import CompactionContextRecord
 from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import Lifecycle
@@ -270,6 +271,13 @@ class SessionManager(TranscriptCalls, ArchiveCalls):
         messages that fit ``max_tokens`` with it, starting on a turn boundary (README,
         "Reading a session")."""
         return await context_view(self._storage, session_key, max_tokens)
+
+    async def get_compaction_context_records(
+        self, session_key: str
+    ) -> list[CompactionContextRecord]:
+        """The compaction checkpoints in force for the current generation, the texts a
+        request replays (docs/semantics.md#rolling-checkpoints)."""
+        return await context.context_records(self._storage, self._generations, session_key)
 
     async def save_context_state(self, state: SessionContextState) -> SessionContextState:
         return await context.save_state(self._storage, state)

@@ -19,20 +19,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, Unpack
 
 from ..compaction import (
-    INPUT_KEYS,
     CompactionConfig,
     CompactionPlan,
     CompactionRequest,
     CompactionResult,
     FallbackSummarizer,
     Summarizer,
-    entry_dict,
     finish_compaction,
     normalize_instructions,
     plan_compaction,
-    sanitize_silent_replies,
 )
-from ..compaction.planner import EMPTY_SUMMARY, STALE_PREIMAGE
+from ..compaction.planner import EMPTY_SUMMARY, STALE_CONTEXT_STATE, STALE_PREIMAGE
 from ..compaction.result import result_from_document
 from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
 from ..keys import canonicalize_session_key
@@ -46,7 +43,7 @@ from ..models import (
 from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
 from . import compaction_persist
-from .compaction_commit import rewrite_compacted_session
+from .compaction_commit import ContextStateChanged, rewrite_compacted_session
 from .compaction_flight import Flight, flight_key, join_flight
 from .compaction_lease import HeldLease, Replan, take_lease
 from .compaction_options import (
@@ -59,7 +56,8 @@ from .compaction_options import (
     flush_status,
     refuse_unknown,
 )
-from .compaction_source import source_preimage
+from .compaction_source import compaction_input, source_preimage
+from .context_records import RollingContext, read_rolling_context
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
@@ -83,14 +81,9 @@ class _Run:
     mutation_context: MutationContext | None
     against_source: bool
     lease_key: str | None  # None: no cross-process lease (lease_seconds == 0)
+    context: RollingContext | None  # None: rolling checkpoints off
     deadline: float
     total: float
-
-
-def compaction_input(entries: Sequence[TranscriptEntry]) -> list[dict[str, Any]]:
-    """The compactor's input: one dict per live row, in order, its silent replies cleaned
-    (docs/semantics.md#silent-replies). The stored rows are never changed."""
-    return sanitize_silent_replies(entry_dict(entry, INPUT_KEYS) for entry in entries)
 
 
 async def _bounded(phase: str, step: Awaitable[_T], deadline: float, total: float) -> _T:
@@ -218,14 +211,15 @@ class Compactor:
         total = config.total_timeout_seconds
         deadline = asyncio.get_running_loop().time() + total
 
-        async def read() -> tuple[SessionNode, list[TranscriptEntry]]:
+        async def read() -> tuple[SessionNode, list[TranscriptEntry], RollingContext | None]:
             async with entered(mutation_context):
-                return await self._read(key)
+                node, live = await self._read(key)
+                return node, live, await read_rolling_context(self._storage, config, node)
 
         chosen = summarizer if summarizer is not None else self._summarizer
         against_source = self._against_source(mutation_context)
         while True:
-            node, live = await _bounded("read", read(), deadline, total)
+            node, live, context = await _bounded("read", read(), deadline, total)
             request = CompactionRequest(
                 session_id=node.session_id,
                 entries=compaction_input(live),
@@ -235,6 +229,7 @@ class Compactor:
                 entry_ids=[entry.id for entry in live],
                 entry_message_ids=[entry.message_id for entry in live],
                 protected_boundary_message_id=boundary,
+                previous_summary=context.previous_summary if context is not None else None,
             )
             # A missing boundary is a skip here: no summariser call, no flight, no write.
             plan = plan_compaction(request)
@@ -252,6 +247,7 @@ class Compactor:
                 "compaction_id": compaction_id,
                 "against_source": against_source,
                 "protected_boundary_message_id": boundary,
+                "context_fingerprint": context.fingerprint if context is not None else None,
             }
             flight = flight_key(
                 **inputs,
@@ -279,6 +275,7 @@ class Compactor:
                 mutation_context=mutation_context,
                 against_source=against_source,
                 lease_key=lease_key,
+                context=context,
                 deadline=deadline,
                 total=total,
             )
@@ -360,6 +357,8 @@ class Compactor:
         check_room_for_compaction(node)
         now = now_ms()
         removed = live[: result.removed_count]
+        # A rolling checkpoint also covers what the checkpoints it replaces covered.
+        floor = run.context.covered_through_id if run.context is not None else 0
         summary = SessionSummary(
             session_id=node.session_id,
             session_key=key,
@@ -380,7 +379,7 @@ class Compactor:
             kept_count=len(result.kept_entries),
             chunk_count=result.chunks_processed,
             flush_receipt_status=flush_status(run.flush_receipt_status),
-            covered_through_id=max(entry.id or 0 for entry in removed),
+            covered_through_id=max(floor, *(entry.id or 0 for entry in removed)),
             created_at=now,
         )
         async with contextlib.AsyncExitStack() as stack:
@@ -393,23 +392,29 @@ class Compactor:
                 run.total,
             )
             slot.committing = True
-            applied = await rewrite_compacted_session(
-                self._storage,
-                key,
-                expected_session_id=node.session_id,
-                expected_epoch=node.epoch,
-                expected_live_ids=[entry.id or 0 for entry in live],
-                expected_prefix=removed,
-                archive_count=len(removed),
-                summary=summary,
-                now=now,
-                allow_appended=run.against_source,
-            )
+            try:
+                applied = await rewrite_compacted_session(
+                    self._storage,
+                    key,
+                    expected_session_id=node.session_id,
+                    expected_epoch=node.epoch,
+                    expected_live_ids=[entry.id or 0 for entry in live],
+                    expected_prefix=removed,
+                    archive_count=len(removed),
+                    summary=summary,
+                    now=now,
+                    allow_appended=run.against_source,
+                    expected_context_fingerprint=run.context.fingerprint if run.context else None,
+                )
+                stale = STALE_PREIMAGE
+            except ContextStateChanged:
+                applied, stale = False, STALE_CONTEXT_STATE
         if applied:
             return result
         log.info(
-            "compaction of %s skipped: the transcript changed meanwhile",
+            "compaction of %s skipped (%s): the transcript or its checkpoints changed meanwhile",
             key,
+            stale,
             extra={"session_key": key, "operation": "compact"},
         )
         try:
@@ -417,7 +422,7 @@ class Compactor:
         except SessionNotFoundError:
             current = []
         return result.skipped(
-            STALE_PREIMAGE,
+            stale,
             kept_entries=compaction_input(current),
             window=run.window,
         )

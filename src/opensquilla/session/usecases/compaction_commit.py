@@ -23,8 +23,7 @@ from ..models import (
     check_record,
 )
 from ..storage import SessionStorage
-
-PORTABLE_STATE_KIND = "structured_summary_v1"
+from .context_records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
 
 
 def portable_states(summary: SessionSummary, now: int) -> list[SessionContextState]:
@@ -51,6 +50,12 @@ def portable_states(summary: SessionSummary, now: int) -> list[SessionContextSta
     ]
 
 
+class ContextStateChanged(Exception):
+    """The checkpoints a rolling compaction replaces changed before its commit; raised
+    inside the commit's transaction (which it rolls back, nothing written) and turned into
+    the ``stale_context_state`` skip by the compaction use case."""
+
+
 async def rewrite_compacted_session(
     storage: SessionStorage,
     session_key: str,
@@ -65,6 +70,7 @@ async def rewrite_compacted_session(
     new_entries: Sequence[TranscriptEntry] = (),
     now: int,
     allow_appended: bool = False,
+    expected_context_fingerprint: str | None = None,
 ) -> bool:
     """In one transaction, when the preimage still holds: the summary (its
     ``compaction_index`` assigned here), the first ``archive_count`` live rows copied to
@@ -80,7 +86,12 @@ async def rewrite_compacted_session(
 
     ``allow_appended`` (a commit against a captured source, docs/semantics.md#compaction-source):
     the live rows need only *start* with ``expected_live_ids``; rows after them were appended
-    meanwhile and stay live, ids included."""
+    meanwhile and stay live, ids included.
+
+    ``expected_context_fingerprint`` (a rolling checkpoint, docs/semantics.md#rolling-checkpoints):
+    the generation's active context records must still have that fingerprint, or the summary,
+    which replaces them, would replace a checkpoint it never read: else
+    :class:`ContextStateChanged`, nothing written."""
     key = canonicalize_session_key(session_key)
     check_integer("archive_count", archive_count)
     check_millis("now", now)
@@ -114,6 +125,10 @@ async def rewrite_compacted_session(
             node.session_id, limit=len(expected_prefix)
         ):
             return False
+        if expected_context_fingerprint is not None:
+            records = await read_context_records(tx, key, node.session_id, now)
+            if context_fingerprint(records) != expected_context_fingerprint:
+                raise ContextStateChanged(key)
         if summary is not None:
             summary.session_id, summary.session_key = node.session_id, key
             summary.id, summary.compaction_index = await tx.summaries.insert(summary)

@@ -70,6 +70,7 @@ def flight_key(
     against_source: bool,
     summarizer_identity: str,
     protected_boundary_message_id: str | None,
+    context_fingerprint: str | None = None,
     portable: bool = False,
 ) -> str:
     """The SHA-256 (hex) of everything that decides what a compaction writes; ``preimage``
@@ -78,7 +79,8 @@ def flight_key(
     ``trigger_reason`` is left out: it is a label, and the owner's is the one stored. An
     explicit ``compaction_id`` is in: a caller naming its compaction gets that one or its
     own run, never another caller's summary under a different name. So is the protected
-    boundary: two boundaries are two flights even where they protect the same rows.
+    boundary: two boundaries are two flights even where they protect the same rows, and
+    (rolling checkpoints) the fingerprint of the checkpoints the summary replaces.
     ``portable``: the key of the cross-process lease (``compaction_lease.py``), equal in
     every process for equal inputs, so without the API key (workers of one deployment share
     one result whichever key each holds) and with a ``summarizer_identity`` that names a
@@ -97,6 +99,7 @@ def flight_key(
         "against_source": against_source,
         "summarizer": summarizer_identity,
         "protected_boundary_message_id": protected_boundary_message_id,
+        "context_fingerprint": context_fingerprint,
     }
     encoded = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import Any
 
+from ..compaction import INPUT_KEYS, entry_dict, sanitize_silent_replies
 from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key
 from ..models import CompactionSourceSnapshot, TranscriptEntry, check_optional_text
@@ -56,6 +58,12 @@ def source_preimage(entries: Sequence[TranscriptEntry]) -> str:
     for entry in entries:
         digest.update(_preimage_line(entry))
     return digest.hexdigest()
+
+
+def compaction_input(entries: Sequence[TranscriptEntry]) -> list[dict[str, Any]]:
+    """The compactor's input: one dict per live row, in order, its silent replies cleaned
+    (docs/semantics.md#silent-replies). The stored rows are never changed."""
+    return sanitize_silent_replies(entry_dict(entry, INPUT_KEYS) for entry in entries)
 
 
 def check_source_entries(name: str, entries: object) -> list[TranscriptEntry]:

@@ -13,6 +13,8 @@ from ..models import (
     check_text,
 )
 from ..storage import SessionStorage
+from ..support.clock import now_ms
+from .context_records import CompactionContextRecord, read_context_records
 from .generations import GenerationCache
 
 
@@ -30,6 +32,16 @@ async def latest_summary(
     """The current generation's newest summary, or ``None``."""
     node = await generations.require(session_key)
     return await storage.get_latest_summary(node.session_id)
+
+
+async def context_records(
+    storage: SessionStorage, generations: GenerationCache, session_key: str
+) -> list[CompactionContextRecord]:
+    """The current generation's checkpoints in force (docs/semantics.md#rolling-checkpoints),
+    from one snapshot."""
+    node = await generations.require(session_key)
+    async with storage.uow.snapshot() as tx:
+        return await read_context_records(tx, node.session_key, node.session_id, now_ms())
 
 
 async def save_state(storage: SessionStorage, state: SessionContextState) -> SessionContextState:
