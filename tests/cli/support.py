@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -44,6 +45,13 @@ def cli(dsn: str | None, *args: str, env: dict[str, str] | None = None) -> Resul
     """Run ``opensquilla-session [--dsn DSN] ARGS``; exceptions become exit codes."""
     argv = (["--dsn", dsn] if dsn is not None else []) + list(args)
     return _runner.invoke(app, argv, env=env)
+
+
+def created_empty(target: str) -> None:
+    """Make the file of a SQLite target exist, empty (a PostgreSQL database exists already):
+    an empty database, not a missing one, which reading commands refuse."""
+    if "://" not in target:
+        Path(target).touch(mode=0o600)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

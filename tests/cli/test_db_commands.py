@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from opensquilla.session import SessionStorage
 from opensquilla.session.db import migrate
 
-from .support import cli, run
+from .support import cli, created_empty, run
 
 HEAD = migrate.head_revisions()[0]
 
@@ -25,6 +25,7 @@ def test_current_and_check_on_a_migrated_database(database: str) -> None:
 
 
 def test_an_empty_database_is_behind_until_upgraded(empty_database: str) -> None:
+    created_empty(empty_database)  # db check reads: it opens no missing file
     behind = cli(empty_database, "db", "check", "--json")
     assert behind.exit_code == 2
     report = json.loads(behind.stdout)

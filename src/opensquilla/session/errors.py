@@ -75,6 +75,11 @@ class DatabaseUnavailableError(DatabaseError):
     """The database could not be reached or the connection was lost."""
 
 
+class DatabaseNotFoundError(DatabaseUnavailableError):
+    """The database does not exist and was not created: a SQLite file opened with
+    ``SessionStorage(..., create=False)``, or a PostgreSQL database the server lacks."""
+
+
 class IntegrityViolationError(DatabaseError):
     """A constraint of the schema refused the change (nothing was written)."""
 

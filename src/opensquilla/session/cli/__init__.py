@@ -4,7 +4,9 @@ A thin layer: it parses options, calls the manager (sessions, operations, repair
 ``transfer`` (export, import, copy), the schema tasks of ``usecases.overview`` (``db ...``,
 which must open a database without migrating it) or the demo script, and prints the result
 (rich text for people, ``--json`` for scripts). The DSN is ``--dsn``, else
-``$OPENSQUILLA_SESSION_DSN``, else the embedded default file.
+``$OPENSQUILLA_SESSION_DSN``, else the embedded default file. A command that only reads
+(every ``--dry-run`` too) opens the database with ``create=False``: a missing SQLite file is
+an error, and nothing is created.
 
 Exit codes: 0 done; 1 an error (one line on stderr, never a traceback or a password);
 2 a check that found a problem (``db check``, ``copy`` conflicts or verification) or a

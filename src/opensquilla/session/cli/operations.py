@@ -1,6 +1,7 @@
 """``compact``, ``reset``, ``branch``, ``truncate``, ``prune``, ``cap``: the commands that
 change one session or delete many. The deleting ones take ``--dry-run``, which reads the
-same selection and reports it (:func:`.render.show_outcome`) without changing anything."""
+same selection and reports it (:func:`.render.show_outcome`) without changing anything (nor
+creating a missing database)."""
 
 from __future__ import annotations
 
@@ -155,7 +156,7 @@ async def _compact(dsn: str, key: str, window: int, strict: bool, llm: LLMOption
 
 
 async def _reset(dsn: str, key: str, dry_run: bool) -> DeletionPreview | ResetReport:
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=not dry_run) as manager:
         if dry_run:
             return await manager.preview_reset(key)
         return await manager.reset_with_report(key)
@@ -174,21 +175,21 @@ async def _branch(
 async def _truncate(
     dsn: str, key: str, keep: int, dry_run: bool
 ) -> DeletionPreview | dict[str, Any]:
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=not dry_run) as manager:
         if dry_run:
             return await manager.preview_truncate(key, keep)
         return await manager.truncate(key, keep)
 
 
 async def _prune(dsn: str, max_age: int, dry_run: bool) -> DeletionPreview | int:
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=not dry_run) as manager:
         if dry_run:
             return await manager.preview_prune_stale(max_age)
         return await manager.prune_stale(max_age)
 
 
 async def _cap(dsn: str, max_sessions: int, dry_run: bool) -> DeletionPreview | int:
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=not dry_run) as manager:
         if dry_run:
             return await manager.preview_cap_entries(max_sessions)
         return await manager.cap_entries(max_sessions)

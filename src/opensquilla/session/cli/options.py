@@ -43,12 +43,21 @@ Dsn = Annotated[
     ),
 ]
 Verbose = Annotated[
-    int, typer.Option("--verbose", "-v", count=True, help="Log to stderr (-vv: debug).")
+    int,
+    typer.Option(
+        "--verbose",
+        "-v",
+        count=True,
+        help="Log to stderr: -v info, -vv debug. A counted flag: repeat it (-vv or "
+        "-v -v); it takes no number.",
+    ),
 ]
 
 # -- output and safety -----------------------------------------------------------------
 
-Json = Annotated[bool, typer.Option("--json")]
+Json = Annotated[
+    bool, typer.Option("--json", help="Print JSON (strict, one document) instead of text.")
+]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Only report what would go.")]
 
 # -- selecting -------------------------------------------------------------------------
@@ -57,8 +66,18 @@ SessionKey = Annotated[str, typer.Argument(help="Session key.")]
 SummaryId = Annotated[
     int, typer.Argument(min=0, max=INT64_MAX, help="Summary id (from 'repair list').")
 ]
-Limit = Annotated[int, typer.Option("--limit", min=0, max=INT64_MAX)]
-Offset = Annotated[int, typer.Option("--offset", min=0, max=INT64_MAX)]
+Limit = Annotated[
+    int, typer.Option("--limit", min=0, max=INT64_MAX, help="Show at most this many.")
+]
+Offset = Annotated[
+    int,
+    typer.Option(
+        "--offset",
+        min=0,
+        max=INT64_MAX,
+        help="Skip this many first (an offset listing: no --cursor for the next page).",
+    ),
+]
 ListCursor = Annotated[
     str | None,
     typer.Option(
@@ -83,8 +102,6 @@ PageBefore = Annotated[
     ),
 ]
 AgentFilter = Annotated[str | None, typer.Option("--agent", help="Only this agent.")]
-# ``repair list`` has always shown --agent without help text; kept as it is.
-RepairAgentFilter = Annotated[str | None, typer.Option("--agent")]
 
 # -- the LLM summariser (compact, demo) --------------------------------------------------
 

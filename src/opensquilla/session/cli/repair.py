@@ -9,14 +9,14 @@ import typer
 from ..errors import SessionNotFoundError
 from ..manager import SessionManager
 from ..models import FlushReceiptStatus, SessionSummary
-from .options import Json, Limit, RepairAgentFilter, SummaryId
+from .options import AgentFilter, Json, Limit, SummaryId
 from .render.repair import MARKED, QUEUE, QUEUED, QueuedCompaction, RepairQueue
 from .runtime import dsn, open_manager, run
 
 
 def repair_list(
     ctx: typer.Context,
-    agent: RepairAgentFilter = None,
+    agent: AgentFilter = None,
     limit: Limit = 50,
     as_json: Json = False,
 ) -> None:
@@ -43,13 +43,13 @@ def repair_mark(
 
 
 async def _list(dsn: str, agent: str | None, limit: int) -> RepairQueue:
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=False) as manager:
         summaries = await manager.list_degraded_compactions(agent_id=agent, limit=limit)
         return RepairQueue(summaries, await manager.archive_report())
 
 
 async def _show(dsn: str, summary_id: int) -> QueuedCompaction:
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=False) as manager:
         summary = await _summary(manager, summary_id)
         return QueuedCompaction(summary, await manager.get_compaction_preimage(summary))
 

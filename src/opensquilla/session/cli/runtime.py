@@ -47,9 +47,10 @@ def dsn(ctx: typer.Context) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_manager(dsn: str) -> AsyncIterator[SessionManager]:
-    """A manager on its own storage, closed when the command is done."""
-    async with SessionStorage(dsn) as storage:
+async def open_manager(dsn: str, *, create: bool = True) -> AsyncIterator[SessionManager]:
+    """A manager on its own storage, closed when the command is done. A command that only
+    reads passes ``create=False``: a missing SQLite file is an error, never a new file."""
+    async with SessionStorage(dsn, create=create) as storage:
         yield SessionManager(storage)
 
 

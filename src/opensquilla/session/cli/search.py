@@ -34,7 +34,7 @@ async def _search(
     dsn: str, query: str, session_key: str | None, include_archived: bool, limit: int
 ) -> SearchResults:
     """The call into the library."""
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=False) as manager:
         return await manager.search(
             query, session_key=session_key, include_archived=include_archived, limit=limit
         )

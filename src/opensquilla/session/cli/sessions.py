@@ -32,7 +32,9 @@ from .runtime import dsn, open_manager, run
 def sessions_list(
     ctx: typer.Context,
     agent: AgentFilter = None,
-    status: Annotated[SessionStatus | None, typer.Option("--status")] = None,
+    status: Annotated[
+        SessionStatus | None, typer.Option("--status", help="Only sessions in this status.")
+    ] = None,
     parent: Annotated[str | None, typer.Option("--parent", help="Children of this key.")] = None,
     limit: Limit = 50,
     offset: Offset = 0,
@@ -82,7 +84,7 @@ async def _list(
     if offset or parent is not None:
         if cursor is not None:
             raise InvalidInputError("--cursor cannot be combined with --offset or --parent")
-        async with open_manager(dsn) as manager:
+        async with open_manager(dsn, create=False) as manager:
             nodes = await manager.list_sessions(
                 agent_id=agent,
                 status=status_value,
@@ -92,7 +94,7 @@ async def _list(
             )
         return SessionListPage(sessions=nodes, next_cursor=None, has_more=False)
     after = SessionListCursor.decode(cursor) if cursor is not None else None
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=False) as manager:
         return await manager.list_sessions_page(
             limit=limit, cursor=after, agent_id=agent, status=status_value
         )
@@ -103,7 +105,7 @@ async def _show(
 ) -> SessionDetail:
     """The whole session, or with ``limit``/``before`` one canonical transcript page."""
     position = decode_position(before) if before is not None else None
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=False) as manager:
         node = await manager.get_session(key)
         if node is None:
             raise SessionNotFoundError(f"Session not found: {key}")

@@ -17,5 +17,5 @@ def stats(ctx: typer.Context, as_json: Json = False) -> None:
 
 async def _stats(dsn: str) -> StoreStats:
     """The call into the library."""
-    async with open_manager(dsn) as manager:
+    async with open_manager(dsn, create=False) as manager:
         return await manager.stats()

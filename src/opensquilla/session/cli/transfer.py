@@ -101,7 +101,7 @@ async def _export(
     dsn: str, destination: Path | None, session_keys: list[str] | None
 ) -> transfer.ExportSummary:
     """To ``destination``, or to stdout (as bytes: the format is UTF-8 JSON lines)."""
-    async with SessionStorage(dsn) as storage:
+    async with SessionStorage(dsn, create=False) as storage:
         if destination is not None:
             return await transfer.export_to_file(storage, destination, session_keys=session_keys)
         stream = sys.stdout.buffer
@@ -121,7 +121,10 @@ async def _copy(
     source_dsn: str, target_dsn: str, batch_size: int, jobs: int, *, quiet: bool
 ) -> transfer.CopyReport:
     """Copy with a progress bar on stderr (``quiet``: none, for ``--json``)."""
-    async with SessionStorage(source_dsn) as src, SessionStorage(target_dsn) as dst:
+    async with (
+        SessionStorage(source_dsn, create=False) as src,
+        SessionStorage(target_dsn) as dst,
+    ):
         print_copying(src.target.render(), dst.target.render())
         with copy_progress(hidden=quiet) as advance:
             return await transfer.copy_sessions(

@@ -15,10 +15,12 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 from sqlalchemy import event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
@@ -161,7 +163,10 @@ def create_engine(
     sqlite_synchronous: SqliteSynchronous = "FULL",
     pool_size: int | None = None,
     echo: bool = False,
+    create: bool = True,
 ) -> AsyncEngine:
+    """An engine for ``target``. ``create=False``: SQLite opens an existing file only
+    (``mode=rw``), so not even a file deleted since the caller looked is created."""
     common: dict[str, Any] = {
         "echo": echo,
         "json_serializer": json_serializer(target.backend),
@@ -174,7 +179,16 @@ def create_engine(
         engine = create_async_engine(target.url, **common, **options)
         _ping_on_checkout(engine)
         return engine
-    return _sqlite_engine(target, sqlite_synchronous, pool_size, common)
+    return _sqlite_engine(target, sqlite_synchronous, pool_size, common, create=create)
+
+
+def _existing_only(path: Path) -> URL:
+    """A SQLite URI that opens ``path`` read-write but never creates it."""
+    return URL.create(
+        "sqlite+aiosqlite",
+        database="file:" + quote(str(path)),
+        query={"mode": "rw", "uri": "true"},
+    )
 
 
 def _ping_on_checkout(engine: AsyncEngine) -> None:
@@ -208,6 +222,8 @@ def _sqlite_engine(
     synchronous: SqliteSynchronous,
     pool_size: int | None,
     common: dict[str, Any],
+    *,
+    create: bool,
 ) -> AsyncEngine:
     connect_args = {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}
     dbapi = lean_dbapi()
@@ -225,7 +241,8 @@ def _sqlite_engine(
         extra: dict[str, Any] = {}
         if pool_size is not None:
             extra["pool_size"] = pool_size
-        engine = create_async_engine(target.url, connect_args=connect_args, **common, **extra)
+        url = target.url if create or target.path is None else _existing_only(target.path)
+        engine = create_async_engine(url, connect_args=connect_args, **common, **extra)
     file_backed = not target.memory
 
     @event.listens_for(engine.sync_engine, "connect")

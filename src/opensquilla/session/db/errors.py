@@ -14,6 +14,7 @@ from sqlalchemy import exc as sa_exc
 
 from ..errors import (
     DatabaseError,
+    DatabaseNotFoundError,
     DatabaseUnavailableError,
     IntegrityViolationError,
     InvalidInputError,
@@ -23,6 +24,7 @@ from ..errors import (
 _PG_REFUSED_CHARACTER = {"22021", "22P05"}  # character_not_in_repertoire, untranslatable
 _PG_OUT_OF_RANGE = "22003"  # numeric_value_out_of_range: a counter past its column's type
 _PG_PROGRAM_LIMIT = "54000"  # program_limit_exceeded: e.g. an index entry that is too large
+_PG_NO_DATABASE = "3D000"  # invalid_catalog_name: the URL names a database the server lacks
 
 
 def _driver_message(exc: sa_exc.DBAPIError) -> str:
@@ -79,6 +81,11 @@ def translate(exc: BaseException) -> SessionStoreError | None:
         if isinstance(exc, sa_exc.IntegrityError):
             return IntegrityViolationError(f"database refused the change: {message}")
         sqlstate = _sqlstate(exc)
+        if sqlstate == _PG_NO_DATABASE:
+            return DatabaseNotFoundError(
+                f"{message} on the server; nothing was created (the store creates tables, "
+                "not databases: CREATE DATABASE first)"
+            )
         if sqlstate in _PG_REFUSED_CHARACTER:
             return InvalidInputError(
                 "PostgreSQL refused a text value (a NUL character in an identifier or other "

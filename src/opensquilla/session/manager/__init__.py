@@ -61,6 +61,15 @@ class SessionManager(TranscriptCalls, ArchiveCalls):
         commit_against_source: bool | None = None,
         archive_required: bool = False,
     ) -> None:
+        """A manager on ``storage``.
+
+        ``inject_time_prefix=True`` (the default, as the older store did) makes
+        ``append_message`` store each *user* message with its time as a first line:
+        ``"hello"`` is stored and returned as ``"[2026-11-30T12:34+00:00 Mon UTC]\nhello"``
+        (zone: ``time_prefix_tz``, else ``$OPENSQUILLA_TIMEZONE``, ``$TZ``, the local zone).
+        Pass ``inject_time_prefix=False`` to store content exactly as given
+        (docs/semantics.md#time-prefix).
+        """
         self._storage = storage
         self._generations = GenerationCache(storage)
         self._resets = Resets(storage, self._generations, archive_required=archive_required)

@@ -57,7 +57,8 @@ class TranscriptCalls:
         assistant role only. With ``message_id`` (or ``assistant_message_id``, the same id)
         the append is an upsert (docs/semantics.md#message-id): the live row with that id
         is replaced in place, keeping its ``id`` and ``created_at``, and tokens are counted
-        only when the row is new.
+        only when the row is new. A user message gets a time-stamp first line unless the
+        manager was built with ``inject_time_prefix=False`` (see ``SessionManager``).
         """
         return await self._transcripts.append(
             session_key,

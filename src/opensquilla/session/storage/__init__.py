@@ -27,7 +27,17 @@ class SessionStorage(
     CompactionLeaseOperations,
     StorageLifecycle,
 ):
-    """The durable store: SQLite (``":memory:"``, a path) or PostgreSQL (a URL)."""
+    """The durable store: SQLite (``":memory:"``, a path) or PostgreSQL (a URL).
+
+    ``SessionStorage()`` without a target is ``":memory:"``, a database that lives only as
+    long as the storage; pass a path or a URL to keep anything. The embedded file the
+    command line uses by default is ``config.resolve_dsn()``'s (``~/.opensquilla/sessions.db``).
+
+    ``create=True`` (the default) creates a missing SQLite file (0600, in 0700 directories);
+    ``create=False`` opens an existing database only: a missing file raises
+    ``DatabaseNotFoundError`` and nothing is created (the command line's reading commands
+    open this way). A PostgreSQL database is never created, whatever ``create`` says.
+    """
 
 
 __all__ = ["SessionStorage", "StaleEpochError", "StorageLifecycle", "StorageNotConnectedError"]

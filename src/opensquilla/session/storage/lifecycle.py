@@ -16,6 +16,7 @@ from ..db.errors import translated_errors
 from ..db.uow import UnitOfWork
 from ..errors import (
     ConfigurationError,
+    DatabaseNotFoundError,
     DatabaseUnavailableError,
     SessionStoreError,
 )
@@ -42,6 +43,7 @@ class StorageLifecycle:
         sqlite_synchronous: SqliteSynchronous = "FULL",
         pool_size: int | None = None,
         echo: bool = False,
+        create: bool = True,
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
@@ -57,12 +59,14 @@ class StorageLifecycle:
             raise ConfigurationError(
                 f"pool_size must be a positive integer or None, not {pool_size!r}"[:200]
             )
-        if not isinstance(echo, bool):
-            raise ConfigurationError(f"echo must be True or False, not {type(echo).__name__}")
+        for name, flag in (("echo", echo), ("create", create)):
+            if not isinstance(flag, bool):
+                raise ConfigurationError(f"{name} must be True or False, not {type(flag).__name__}")
         self._target: StorageTarget = parse_target(target)
         self._sqlite_synchronous: SqliteSynchronous = level  # type: ignore[assignment]
         self._pool_size = pool_size
         self._echo = echo
+        self._create = create
         self._db: UnitOfWork | None = None
         self._recovered: tuple[RecoveredArchive, ...] = ()
 
@@ -97,13 +101,18 @@ class StorageLifecycle:
         return self._db is not None
 
     def _new_engine(self) -> AsyncEngine:
-        if self._target.path is not None:
-            ensure_private_file(self._target.path)
+        path = self._target.path
+        if path is not None:
+            if self._create:
+                ensure_private_file(path)
+            elif not path.exists():
+                raise DatabaseNotFoundError(f"no database at {path}; nothing was created")
         return create_engine(
             self._target,
             sqlite_synchronous=self._sqlite_synchronous,
             pool_size=self._pool_size,
             echo=self._echo,
+            create=self._create,
         )
 
     async def connect(self) -> None:

@@ -22,9 +22,10 @@ from ..storage import SessionStorage
 
 
 @contextlib.asynccontextmanager
-async def unmigrated(dsn: str) -> AsyncIterator[SessionStorage]:
-    """A storage on ``dsn`` whose schema is left exactly as it is."""
-    storage = SessionStorage(dsn)
+async def unmigrated(dsn: str, *, create: bool = True) -> AsyncIterator[SessionStorage]:
+    """A storage on ``dsn`` whose schema is left exactly as it is; with ``create=False`` a
+    missing SQLite file is ``DatabaseNotFoundError`` (nothing is created)."""
+    storage = SessionStorage(dsn, create=create)
     await storage.connect_without_migrating()
     try:
         yield storage
@@ -62,19 +63,20 @@ def _known_revisions() -> set[str]:
 
 
 async def schema_report(dsn: str) -> SchemaReport:
-    async with unmigrated(dsn) as storage:
+    async with unmigrated(dsn, create=False) as storage:
         status = await migrate.check(storage.engine)
     unknown = tuple(sorted(set(status.current) - _known_revisions()))
     return SchemaReport(status.current, status.heads, unknown, status.drift)
 
 
 async def current_revisions(dsn: str) -> tuple[str, ...]:
-    async with unmigrated(dsn) as storage:
+    async with unmigrated(dsn, create=False) as storage:
         return await migrate.current_revisions(storage.engine)
 
 
 async def upgrade(dsn: str, revision: str = "head") -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Upgrade to ``revision``; the revisions before and after."""
+    """Upgrade to ``revision`` (creating a missing SQLite file); the revisions before and
+    after."""
     async with unmigrated(dsn) as storage:
         before = await migrate.current_revisions(storage.engine)
         await migrate.upgrade(storage.engine, revision)
@@ -82,8 +84,9 @@ async def upgrade(dsn: str, revision: str = "head") -> tuple[tuple[str, ...], tu
 
 
 async def downgrade(dsn: str, revision: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Downgrade to ``revision`` (``base`` drops our tables); the revisions before and after."""
-    async with unmigrated(dsn) as storage:
+    """Downgrade to ``revision`` (``base`` drops our tables); the revisions before and after.
+    A missing SQLite file is ``DatabaseNotFoundError``: there is nothing to downgrade."""
+    async with unmigrated(dsn, create=False) as storage:
         before = await migrate.current_revisions(storage.engine)
         await migrate.downgrade(storage.engine, revision)
         return before, await migrate.current_revisions(storage.engine)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from ...errors import InvalidInputError
 from ...models import (
@@ -78,27 +78,40 @@ def decode_position(text: str) -> tuple[int, int]:
         ) from None
 
 
+_LIST_COLUMNS = ("key", "status", "agent", "updated", "epoch", "tokens", "model")
+
+
 def _print_sessions(page: SessionPage) -> None:
+    """One line per session, columns aligned and never wrapped: a key is printed whole on
+    its line (however long, whatever the terminal's width), so it can be copied."""
     if not page.nodes:
         out.print("no sessions")
         return
-    table = Table(box=box.SIMPLE_HEAD)
-    table.add_column("key", overflow="fold", min_width=24)
-    for name in ("status", "agent", "updated", "epoch", "tokens", "model"):
-        table.add_column(name, overflow="fold")
-    for node in page.nodes:
-        table.add_row(
-            field(node.session_key),
+    rows = [
+        [
+            visible(node.session_key, None, one_line=True),
             field(node.status),
             field(node.agent_id),
             when(node.updated_at),
             field(node.epoch),
             field(node.total_tokens),
             field(node.model or "-"),
-        )
-    out.print(table)
+        ]
+        for node in page.nodes
+    ]
+    lines = [[f"[bold]{name}[/bold]" for name in _LIST_COLUMNS], *rows]
+    widths = [max(_shown_width(line[i]) for line in lines) for i in range(len(_LIST_COLUMNS))]
+    for line in lines:
+        cells = zip(line, widths, strict=True)
+        padded = [cell + " " * (width - _shown_width(cell)) for cell, width in cells]
+        out.print("  ".join(padded).rstrip(), no_wrap=True, overflow="ignore", crop=False)
     if page.next_cursor is not None:
         out.print(f"more: --cursor {field(shlex.quote(page.next_cursor.encode()))}")
+
+
+def _shown_width(markup: str) -> int:
+    """The terminal cells a markup string takes once printed."""
+    return Text.from_markup(markup).cell_len
 
 
 def entry_lines(entry: TranscriptEntry) -> list[str]:

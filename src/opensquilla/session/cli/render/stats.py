@@ -36,8 +36,11 @@ def _print_stats(result: StoreStats) -> None:
     out.print(f"sessions:          {counts.sessions}")
     out.print(f"entries:           {counts.live_entries} live, {counts.archived_entries} archived")
     out.print(f"archive size:      {counts.archived_content_chars} characters of content")
-    statuses = ", ".join(f"{field(k)}={v}" for k, v in counts.summaries_by_flush_status.items())
-    out.print(f"summaries:         {sum(counts.summaries_by_flush_status.values())} ({statuses})")
+    by_status = counts.summaries_by_flush_status
+    statuses = ", ".join(f"{field(k)}={v}" for k, v in by_status.items())
+    out.print(
+        f"summaries:         {sum(by_status.values())}" + (f" ({statuses})" if statuses else "")
+    )
     out.print(f"repair queue:      {counts.degraded_queue}")
     out.print(f"context states:    {counts.context_states} ({counts.valid_context_states} valid)")
     out.print(

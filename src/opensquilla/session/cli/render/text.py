@@ -46,15 +46,21 @@ def no_controls(text: str, *, keep_line_breaks: bool = True) -> str:
     return (_CONTROL if keep_line_breaks else _CONTROL_OR_BREAK).sub(_show_control, text)
 
 
-def visible(text: object | None, limit: int | None = PREVIEW, *, one_line: bool = False) -> str:
-    """Text safe for a terminal: control characters shown as escapes (with ``one_line``,
-    newlines and tabs too), rich markup escaped."""
+def plain(text: object | None, limit: int | None = PREVIEW, *, one_line: bool = False) -> str:
+    """Text safe for a terminal when printed without markup (a ``rich.text.Text``):
+    control characters shown as escapes (with ``one_line``, newlines and tabs too), cut
+    after ``limit`` characters."""
     if text is None:
         return ""
     shown = no_controls(str(text), keep_line_breaks=not one_line)
     if limit is not None and len(shown) > limit:
         shown = shown[:limit] + f"… ({len(shown) - limit} more characters)"
-    return escape(shown)
+    return shown
+
+
+def visible(text: object | None, limit: int | None = PREVIEW, *, one_line: bool = False) -> str:
+    """:func:`plain` text for a string printed with markup: rich markup escaped."""
+    return escape(plain(text, limit, one_line=one_line))
 
 
 def field(text: object | None) -> str:
