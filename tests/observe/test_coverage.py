@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import pytest
 
@@ -65,3 +67,36 @@ def test_a_method_added_later_is_covered_and_a_stale_exclusion_refused() -> None
         instrumented("x.", system=lambda _: "sqlite", exclude=frozenset({"renamed"}))(
             type("Stale", (Mixin,), {})
         )
+
+
+def test_without_the_otel_extra_the_store_runs_and_still_logs() -> None:
+    """``opentelemetry`` made unimportable in a fresh interpreter: no telemetry object, the
+    operations work, the debug records are written."""
+    script = """
+import asyncio, logging, sys
+sys.modules["opentelemetry"] = None  # as if the package were not installed
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.observe import otel
+
+seen = []
+handler = logging.Handler()
+handler.emit = seen.append
+logging.getLogger("opensquilla.session.ops").addHandler(handler)
+logging.getLogger("opensquilla.session.ops").setLevel(logging.DEBUG)
+
+async def main():
+    async with SessionStorage(":memory:") as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.create("agent:main:plain")
+        await manager.append_message("agent:main:plain", "user", "hello")
+
+asyncio.run(main())
+assert otel.TELEMETRY is None
+print(sorted({record.operation for record in seen}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "'append_message'" in done.stdout
+    assert "'storage.append_message_entry'" in done.stdout
