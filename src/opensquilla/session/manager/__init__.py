@@ -26,6 +26,7 @@ from ..models import (
 )
 from ..models.reports import DeletionPreview, ResetReport
 from ..models.search import RANK_WINDOW, SearchHit, SearchResults
+from ..observe import instrumented
 from ..storage import SessionStorage
 from ..usecases import context, overview, repair, retention, search
 from ..usecases.compaction import Compactor
@@ -46,6 +47,13 @@ from .archives import ArchiveCalls
 from .transcript import TranscriptCalls
 
 
+# Every public coroutine is an operation (debug record, span, histogram); the memory-sync
+# callback is the application's own code, timed by the application.
+@instrumented(
+    "",
+    system=lambda manager: manager.storage.backend,
+    exclude=frozenset({"notify_message_appended"}),
+)
 class SessionManager(TranscriptCalls, ArchiveCalls):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""

@@ -13,6 +13,7 @@ hand them back.
 from __future__ import annotations
 
 from ..errors import StaleEpochError
+from ..observe import instrumented
 from .history import HistoryRowOperations
 from .leases import CompactionLeaseOperations
 from .lifecycle import StorageLifecycle, StorageNotConnectedError
@@ -20,6 +21,13 @@ from .search import SearchOperations
 from .sessions import SessionRowOperations
 
 
+# Every public coroutine is an operation "storage.<name>" (debug record, span, histogram);
+# opening the engine without migrating and closing it run no statement.
+@instrumented(
+    "storage.",
+    system=lambda storage: storage.backend,
+    exclude=frozenset({"connect_without_migrating", "close"}),
+)
 class SessionStorage(
     SessionRowOperations,
     HistoryRowOperations,
