@@ -275,6 +275,59 @@ async def test_rolling_summary_replaces_previous_checkpoint(manager: SessionMana
     assert first.summary in record.text
 
 
+class FoldingModel:
+    """A model-like summariser (``source = "llm"``): it keeps the chunks it is handed and
+    answers with one line naming how many rows it saw."""
+
+    source = "llm"
+
+    def __init__(self) -> None:
+        self.chunks: list[list[dict[str, Any]]] = []
+
+    async def summarize(
+        self, chunk: Any, *, config: CompactionConfig, custom_instructions: str | None
+    ) -> str:
+        self.chunks.append(list(chunk))
+        return f"Goal: keep going. The model folded {len(chunk)} rows."
+
+
+async def test_a_model_is_handed_the_checkpoint_and_folds_it(manager: SessionManager) -> None:
+    """Under rolling checkpoints a model summariser gets the previous checkpoint as the
+    first row of its first chunk, and its answer is the replacement checkpoint itself (no
+    deterministic header); the fallback's fold is the test above."""
+    await manager.create(KEY)
+    await append_rows(manager, "first")
+    await manager.compact_with_result(KEY, WINDOW, ROLLING)
+    [checkpoint] = await manager.get_compaction_context_records(KEY)
+    await append_rows(manager, "second")
+    model = FoldingModel()
+
+    second = await manager.compact_with_result(KEY, WINDOW, ROLLING, summarizer=model)
+
+    assert second.removed_count > 0 and second.summary_source == "llm"
+    opening = model.chunks[0][0]
+    assert opening == {"role": "system", "content": f"{ROLLING_HEADER}\n{checkpoint.text}"}
+    assert all(row.get("role") != "system" for chunk in model.chunks[1:] for row in chunk)
+    assert not second.summary.startswith(ROLLING_HEADER)
+    assert checkpoint.text not in second.summary
+    assert second.summary_payload is not None
+    assert second.summary_payload["source_coverage"]["replaces_prior_context"] is True
+    [record] = await manager.get_compaction_context_records(KEY)
+    assert record.compaction_id == (await manager.get_summaries(KEY))[-1].compaction_id
+
+
+async def test_without_the_switch_a_model_never_sees_a_checkpoint(
+    manager: SessionManager,
+) -> None:
+    await manager.create(KEY)
+    await append_rows(manager, "first")
+    await manager.compact_with_result(KEY, WINDOW, PLAIN)
+    await append_rows(manager, "second")
+    model = FoldingModel()
+    await manager.compact_with_result(KEY, WINDOW, PLAIN, summarizer=model)
+    assert model.chunks and all(row["role"] != "system" for c in model.chunks for row in c)
+
+
 async def test_without_the_switch_summaries_stay_independent(manager: SessionManager) -> None:
     await manager.create(KEY)
     await append_rows(manager, "first")

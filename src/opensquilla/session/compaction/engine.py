@@ -47,6 +47,17 @@ def rolling_checkpoint(request: CompactionRequest) -> str | None:
     return (request.previous_summary or "").strip() or None
 
 
+def summarizer_chunks(plan: CompactionPlan) -> list[list[dict[str, Any]]]:
+    """The chunks as a summariser is handed them: under rolling checkpoints the first one
+    opens with the previous checkpoint (a ``system`` row), so that a model folds it and the
+    new rows into one replacement checkpoint (docs/semantics.md#rolling-checkpoints)."""
+    rolling = rolling_checkpoint(plan.request)
+    if rolling is None or not plan.chunks:
+        return plan.chunks
+    first = [{"role": "system", "content": f"{ROLLING_HEADER}\n{rolling}"}, *plan.chunks[0]]
+    return [first, *plan.chunks[1:]]
+
+
 def _kept(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The caller's entries as given (shallow copies, every key kept)."""
     return [dict(entry) for entry in entries]
@@ -189,7 +200,9 @@ def finish_compaction(
     previous_tokens: int | None = None
     if config.rolling_checkpoints:
         previous_tokens = estimate_tokens(rolling) if rolling else 0
-        if rolling:
+        if rolling and summary_source != "llm":
+            # A model was handed the checkpoint and folded it (summarizer_chunks); without
+            # one for every chunk, the fold is deterministic: header, previous body, new part.
             summary = f"{ROLLING_HEADER}\n{rolling}\n\n{summary}"
 
     covered = cover_summary(

@@ -29,6 +29,7 @@ from ..compaction import (
     normalize_instructions,
     plan_compaction,
 )
+from ..compaction.engine import summarizer_chunks
 from ..compaction.planner import EMPTY_SUMMARY, STALE_CONTEXT_STATE, STALE_PREIMAGE
 from ..compaction.result import result_from_document
 from ..errors import CompactionTimeoutError, InvalidInputError, SessionNotFoundError
@@ -148,7 +149,7 @@ class Compactor:
     ) -> tuple[list[str | None], list[str]]:
         texts: list[str | None] = []
         sources: list[str] = []
-        for chunk in plan.chunks:
+        for chunk in summarizer_chunks(plan):
             try:
                 text = await summarizer.summarize(
                     chunk, config=plan.config, custom_instructions=plan.instructions
