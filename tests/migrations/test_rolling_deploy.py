@@ -1,11 +1,10 @@
 """Rolling deploys (docs/migrations.md#rolling-deploys): the previous release, run for real,
 against a database a newer release has already upgraded.
 
-"The previous release" is the repository at the newest commit without the search revision
-(0003): its ``src`` and ``alembic`` are taken out of git into a temporary directory and run
-in a subprocess whose ``PYTHONPATH`` puts them before the installed package. Before 0003 is
-committed that commit is ``HEAD``. A checkout without git history cannot run this test; it
-fails (CI clones the repository whole).
+"The previous release" is this tree without the revisions after 0002 (the search revision
+0003 and what follows): its ``src`` and ``alembic`` copied into a temporary directory and run
+in a subprocess whose ``PYTHONPATH`` puts them before the installed package. (The commits
+before the store had its own version table cannot serve: they read ``alembic_version``.)
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tarfile
-from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from opensquilla.session.storage import SessionStorage
 
 REPO = Path(__file__).resolve().parents[2]
 NEW_REVISION = "alembic/versions/20261130_0003_transcript_search.py"
+LAST_OLD_REVISION = "0002"
 
 OLD_RELEASE_SCRIPT = r"""
 import asyncio, json, logging, sys
@@ -62,25 +61,18 @@ asyncio.run(main(sys.argv[1]))
 
 
 def _previous_release(tmp_path: Path) -> Path:
-    """The repository's ``src`` and ``alembic`` at the newest commit without 0003."""
-    log = subprocess.run(
-        ["git", "-C", str(REPO), "log", "--diff-filter=A", "--format=%H", "--", NEW_REVISION],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert log.returncode == 0, f"this test needs the git history of {REPO}: {log.stderr}"
-    added = log.stdout.split()
-    commit = f"{added[-1]}^" if added else "HEAD"
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "src", "alembic"],
-        capture_output=True,
-        check=False,
-    )
-    assert archive.returncode == 0, archive.stderr.decode()
+    """This tree's ``src`` and ``alembic`` without the revisions after 0002: a release at
+    0002 that records its revision where this one does (releases older than the store's own
+    version table read ``alembic_version`` and cannot see a newer revision at all,
+    docs/migrations.md#version-table)."""
     release = tmp_path / "previous-release"
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(release, filter="data")
+    for part in ("src", "alembic"):
+        shutil.copytree(
+            REPO / part, release / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+    for script in (release / "alembic" / "versions").glob("*.py"):
+        if script.name.split("_")[1] > LAST_OLD_REVISION:
+            script.unlink()
     assert not (release / NEW_REVISION).exists()
     return release
 
