@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -27,6 +28,9 @@ from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.version_table import SHARED_VERSION_TABLE, VERSION_TABLE
 from opensquilla.session.usecases import overview
 from tests.cli.support import cli
+
+from .raw import raw_state
+from .test_legacy_adoption import _Backend
 
 APP_REVISION = "a1b2c3d4e5f6"
 
@@ -205,9 +209,24 @@ async def _content(target: str) -> list[str | None]:
         return [e.content for e in await manager.get_transcript("agent:main:moved")]
 
 
+def _without_versions(state: dict[str, Any]) -> dict[str, Any]:
+    """A raw state with both version tables left out (of every part that names tables)."""
+
+    def other(item: Any) -> bool:
+        text = str(item)
+        return VERSION_TABLE not in text and SHARED_VERSION_TABLE not in text
+
+    return {
+        part: {k: v for k, v in value.items() if other(k)}
+        if isinstance(value, dict)
+        else [item for item in value if other(item)]
+        for part, value in state.items()
+    }
+
+
 @pytest.mark.parametrize("beside", [[], [APP_REVISION]], ids=["alone", "beside-the-app"])
 def test_a_revision_stamped_in_alembic_version_moves_over_on_connect(
-    database: str, beside: list[str]
+    backend: _Backend, database: str, beside: list[str]
 ) -> None:
     async def seed() -> None:
         async with SessionStorage(database) as storage:
@@ -217,6 +236,7 @@ def test_a_revision_stamped_in_alembic_version_moves_over_on_connect(
 
     asyncio.run(seed())
     asyncio.run(_stamp_like_an_earlier_release(database, beside))
+    before = _without_versions(asyncio.run(raw_state(backend, database)))
     # Before it moves, a read-only look reports the revision where it is.
     assert list(asyncio.run(overview.current_revisions(database))) == _heads()
 
@@ -230,6 +250,7 @@ def test_a_revision_stamped_in_alembic_version_moves_over_on_connect(
         assert asyncio.run(_rows(database, SHARED_VERSION_TABLE)) == beside
     else:
         assert not asyncio.run(_has_table(database, SHARED_VERSION_TABLE))
+    assert _without_versions(asyncio.run(raw_state(backend, database))) == before
     assert asyncio.run(_content(database)) == ["still here"]
     assert asyncio.run(overview.schema_report(database)).ok
     # Idempotent: a second start finds nothing to move.
@@ -276,3 +297,24 @@ def test_the_application_history_is_never_moved(empty_database: str, tmp_path: P
 
         asyncio.run(drop_app_table())
         _app_check(app)
+
+
+def test_a_stale_row_of_ours_goes_and_our_own_version_stays(database: str) -> None:
+    """A release from before the move, started against a moved database, records its head
+    in ``alembic_version`` again; the next ``db upgrade`` deletes that row and keeps the
+    store's own version (and the application's row) as they are."""
+
+    async def restamp() -> None:
+        async with SessionStorage(database) as storage, storage.engine.begin() as conn:
+            await conn.execute(
+                sa.text(f"CREATE TABLE {SHARED_VERSION_TABLE} (version_num VARCHAR(32))")
+            )
+            for revision in ("0002", APP_REVISION):
+                await conn.execute(
+                    sa.text(f"INSERT INTO {SHARED_VERSION_TABLE} VALUES (:v)"), {"v": revision}
+                )
+
+    asyncio.run(restamp())
+    asyncio.run(overview.upgrade(database))
+    assert asyncio.run(_rows(database, VERSION_TABLE)) == _heads()
+    assert asyncio.run(_rows(database, SHARED_VERSION_TABLE)) == [APP_REVISION]
