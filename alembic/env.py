@@ -7,6 +7,9 @@ Two ways in:
   ``config.attributes["connection"]`` (Alembic's connection-sharing recipe);
 * from the ``alembic`` command line: the DSN comes from ``-x dsn=...`` or the
   ``OPENSQUILLA_SESSION_DSN`` environment variable, and ``db/migrate.py`` does the same locking.
+
+The revision is recorded in the store's own version table (``db/version_table.py``), in the
+store's PostgreSQL schema when the DSN names one (``?schema=``, ``db/pg_schema.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from sqlalchemy.engine import Connection
 
 from alembic import context
 from opensquilla.session.db import migrate
+from opensquilla.session.db.dsn import parse_target
+from opensquilla.session.db.version_table import schema_of
 
 config = context.config
 
@@ -25,14 +30,15 @@ if config.config_file_name is not None and config.attributes.get("connection") i
 
 
 def run_migrations(connection: Connection) -> None:
-    context.configure(connection=connection, **migrate.context_options(connection.dialect.name))
+    options = migrate.context_options(connection.dialect.name, schema_of(connection))
+    context.configure(connection=connection, **options)
     with context.begin_transaction():
         context.run_migrations()
 
 
 def run_migrations_offline() -> None:
-    dsn = migrate.cli_dsn(context.get_x_argument(as_dictionary=True))
-    url = migrate.offline_url(dsn)
+    target = parse_target(migrate.cli_dsn(context.get_x_argument(as_dictionary=True)))
+    url = target.url
     context.configure(
         url=url,
         literal_binds=True,
@@ -40,9 +46,14 @@ def run_migrations_offline() -> None:
         # The script is one transaction on SQLite too (BEGIN ... COMMIT), so a failing
         # statement leaves no half-built schema behind.
         transactional_ddl=True,
-        **migrate.context_options(url.get_backend_name()),
+        **migrate.context_options(url.get_backend_name(), target.schema),
     )
     with context.begin_transaction():
+        if target.schema is not None:
+            # The script is for an empty schema (nothing is inspected), so ``public`` may
+            # follow it on the path: the trigram operator class is usually there.
+            context.execute(f'CREATE SCHEMA IF NOT EXISTS "{target.schema}"')
+            context.execute(f'SET LOCAL search_path TO "{target.schema}", public')
         context.run_migrations()
 
 

@@ -55,7 +55,7 @@ async def _execute(dsn: str, statement: sa.Executable) -> None:
 
 
 def test_a_database_migrated_by_newer_code_is_ahead(database: str) -> None:
-    version = sa.table("alembic_version", sa.column("version_num"))
+    version = sa.table("opensquilla_session_version", sa.column("version_num"))
     run(_execute(database, sa.update(version).values(version_num="ffffffffffff")))
     ahead = cli(database, "db", "check", "--json")
     assert ahead.exit_code == 2

@@ -30,7 +30,9 @@ async def main(target):
     async with SessionStorage(target) as storage:
         async with storage.engine.connect() as conn:
             tables = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
-            rows = await conn.execute(sa.text("SELECT version_num FROM alembic_version"))
+            rows = await conn.execute(
+                sa.text("SELECT version_num FROM opensquilla_session_version")
+            )
             versions = [row[0] for row in rows]
         status = await migrate.check(storage.engine)
     print(json.dumps({
@@ -125,6 +127,6 @@ async def test_wheel_upgrades_an_empty_database(empty_database: str, tmp_path: P
         "compacted_transcript_entries",
         "session_summaries",
         "session_context_states",
-        "alembic_version",
+        "opensquilla_session_version",
     }
     assert report["drift"] == []

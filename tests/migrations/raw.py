@@ -90,19 +90,23 @@ async def raw_state(backend: _Backend, target: str) -> dict[str, Any]:
 
 
 async def version_rows(backend: _Backend, target: str) -> list[str] | None:
-    """The ``alembic_version`` rows, or ``None`` when the table does not exist."""
+    """The ``opensquilla_session_version`` rows, or ``None`` when the table does not exist."""
     if backend.is_postgres:
-        present = await fetch(backend, target, "SELECT to_regclass('public.alembic_version')")
+        present = await fetch(
+            backend, target, "SELECT to_regclass('public.opensquilla_session_version')"
+        )
         if present[0][0] is None:
             return None
     else:
         present = await fetch(
             backend,
             target,
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'",
+            "SELECT name FROM sqlite_master "
+            "WHERE type = 'table' AND name = 'opensquilla_session_version'",
         )
         if not present:
             return None
     return sorted(
-        r[0] for r in await fetch(backend, target, "SELECT version_num FROM alembic_version")
+        r[0]
+        for r in await fetch(backend, target, "SELECT version_num FROM opensquilla_session_version")
     )

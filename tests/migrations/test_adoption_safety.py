@@ -4,7 +4,7 @@ A table that merely shares one of the five names (``sessions``, ``transcript_ent
 ``compacted_transcript_entries``, ``session_summaries``, ``session_context_states``) but whose
 key columns are not ours is refused with a ``MigrationError`` naming the table and what is
 missing. The database is left exactly as it was: no ``ADD COLUMN``, no trigger, no index,
-no ``alembic_version``, every row as it was. Otherwise adoption would graft some sixty
+no version table, every row as it was. Otherwise adoption would graft some sixty
 columns and our triggers onto someone else's table, stamp it, and a later
 ``db downgrade base`` would drop it with its rows.
 

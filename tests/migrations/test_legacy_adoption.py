@@ -1,5 +1,5 @@
-"""Adopting databases written by the older raw-SQL store (tables present, no
-``alembic_version``, columns missing): every row survives, defaults fill what the old rows
+"""Adopting databases written by the older raw-SQL store (tables present, no version
+table, columns missing): every row survives, defaults fill what the old rows
 never had, foreign tables stay untouched, and adoption happens once.
 
 The legacy tables are written with plain SQL through the raw driver (stdlib ``sqlite3`` or
@@ -198,7 +198,10 @@ async def _raw_schema(target: str) -> dict[str, Any]:
 async def _version(engine: AsyncEngine) -> list[str]:
     async with engine.connect() as conn:
         return [
-            r[0] for r in await conn.execute(sa.text("SELECT version_num FROM alembic_version"))
+            r[0]
+            for r in await conn.execute(
+                sa.text("SELECT version_num FROM opensquilla_session_version")
+            )
         ]
 
 
@@ -466,7 +469,7 @@ async def test_half_adopted_database_is_adopted_again_safely(
         snapshot = await table_snapshot(storage)
         schema = await _schema(storage.engine)
         async with storage.engine.begin() as conn:
-            await conn.execute(sa.text("DROP TABLE alembic_version"))
+            await conn.execute(sa.text("DROP TABLE opensquilla_session_version"))
 
     async with SessionStorage(empty_database) as again:
         assert await _version(again.engine) == list(migrate.head_revisions())

@@ -204,7 +204,9 @@ async def test_second_connect_changes_nothing(legacy: Fixture) -> None:
     async with SessionStorage(legacy.path) as first:
         snapshot = await table_snapshot(first)
         async with first.engine.connect() as conn:
-            version = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).all()
+            version = (
+                await conn.execute(sa.text("SELECT version_num FROM opensquilla_session_version"))
+            ).all()
     with _sqlite(legacy.path) as db:
         schema = _schema_sql(db)
         sequence = _sequence(db)
@@ -213,7 +215,9 @@ async def test_second_connect_changes_nothing(legacy: Fixture) -> None:
         assert await migrate.ensure_head(second.engine) is False
         assert await table_snapshot(second) == snapshot
         async with second.engine.connect() as conn:
-            again = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).all()
+            again = (
+                await conn.execute(sa.text("SELECT version_num FROM opensquilla_session_version"))
+            ).all()
         assert again == version
     with _sqlite(legacy.path) as db:
         assert _schema_sql(db) == schema

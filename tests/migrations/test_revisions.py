@@ -73,7 +73,7 @@ async def _table_names(engine: AsyncEngine) -> set[str]:
 
 async def _version_rows(engine: AsyncEngine) -> list[str]:
     async with engine.connect() as conn:
-        rows = await conn.execute(sa.text("SELECT version_num FROM alembic_version"))
+        rows = await conn.execute(sa.text("SELECT version_num FROM opensquilla_session_version"))
         return sorted(row[0] for row in rows)
 
 
@@ -108,7 +108,7 @@ async def test_connect_on_empty_database_builds_the_whole_schema(empty_database:
         engine = storage.engine
         tables = await _table_names(engine)
         assert tables >= OUR_TABLES
-        assert "alembic_version" in tables
+        assert "opensquilla_session_version" in tables
         assert await _version_rows(engine) == sorted(migrate.head_revisions())
         for table, wanted in EXPECTED_INDEXES.items():
             found = {
@@ -268,7 +268,9 @@ async def test_unknown_newer_revision_is_refused(database: str) -> None:
     """A database migrated by a newer release must not be touched by an older one."""
     future = "9f9f_from_a_newer_release"
     async with SessionStorage(database) as storage, storage.engine.begin() as conn:
-        await conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": future})
+        await conn.execute(
+            sa.text("UPDATE opensquilla_session_version SET version_num = :v"), {"v": future}
+        )
 
     refused = SessionStorage(database)
     with pytest.raises(MigrationError, match=future):

@@ -1,11 +1,11 @@
 """Rolling deploys (docs/migrations.md#rolling-deploys): the previous release, run for real,
 against a database a newer release has already upgraded.
 
-"The previous release" is the repository at the newest commit without the search revision
-(0003): its ``src`` and ``alembic`` are taken out of git into a temporary directory and run
-in a subprocess whose ``PYTHONPATH`` puts them before the installed package. Before 0003 is
-committed that commit is ``HEAD``. A checkout without git history cannot run this test; it
-fails (CI clones the repository whole).
+"The previous release" is this tree without the revisions after 0002 (the search revision
+0003 and what follows): its ``src`` and ``alembic`` copied into a temporary directory and run
+in a subprocess whose ``PYTHONPATH`` puts them before the installed package. The commits
+before the store had its own version table read ``alembic_version``; one of them (the newest
+without 0003, taken out of git) is run too, for what such a release does across the move.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -24,10 +25,13 @@ import sqlalchemy as sa
 
 from opensquilla.session import SessionManager
 from opensquilla.session.db import migrate
+from opensquilla.session.db.version_table import SHARED_VERSION_TABLE, VERSION_TABLE
 from opensquilla.session.storage import SessionStorage
+from opensquilla.session.usecases import overview
 
 REPO = Path(__file__).resolve().parents[2]
 NEW_REVISION = "alembic/versions/20261130_0003_transcript_search.py"
+LAST_OLD_REVISION = "0002"
 
 OLD_RELEASE_SCRIPT = r"""
 import asyncio, json, logging, sys
@@ -62,26 +66,43 @@ asyncio.run(main(sys.argv[1]))
 
 
 def _previous_release(tmp_path: Path) -> Path:
-    """The repository's ``src`` and ``alembic`` at the newest commit without 0003."""
+    """This tree's ``src`` and ``alembic`` without the revisions after 0002: a release at
+    0002 that records its revision where this one does (releases older than the store's own
+    version table read ``alembic_version`` and cannot see a newer revision at all,
+    docs/migrations.md#version-table)."""
+    release = tmp_path / "previous-release"
+    for part in ("src", "alembic"):
+        shutil.copytree(
+            REPO / part, release / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+    for script in (release / "alembic" / "versions").glob("*.py"):
+        if script.name.split("_")[1] > LAST_OLD_REVISION:
+            script.unlink()
+    assert not (release / NEW_REVISION).exists()
+    return release
+
+
+def _pre_move_release(tmp_path: Path) -> Path:
+    """The repository's ``src`` and ``alembic`` at the newest commit without 0003: a real
+    earlier release, which recorded its revision in ``alembic_version``."""
     log = subprocess.run(
         ["git", "-C", str(REPO), "log", "--diff-filter=A", "--format=%H", "--", NEW_REVISION],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert log.returncode == 0, f"this test needs the git history of {REPO}: {log.stderr}"
-    added = log.stdout.split()
-    commit = f"{added[-1]}^" if added else "HEAD"
+    assert log.returncode == 0 and log.stdout.split(), f"needs the git history: {log.stderr}"
+    commit = f"{log.stdout.split()[-1]}^"
     archive = subprocess.run(
         ["git", "-C", str(REPO), "archive", "--format=tar", commit, "src", "alembic"],
         capture_output=True,
         check=False,
     )
     assert archive.returncode == 0, archive.stderr.decode()
-    release = tmp_path / "previous-release"
+    release = tmp_path / "pre-move-release"
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(release, filter="data")
-    assert not (release / NEW_REVISION).exists()
+    assert not (release / "src/opensquilla/session/db/version_table.py").exists()
     return release
 
 
@@ -160,3 +181,34 @@ def test_the_previous_release_refuses_a_newer_schema_it_cannot_trust(
     (head,) = migrate.head_revisions()
     assert f"revision {head}" in refusal
     assert "expand-only" in refusal
+
+
+def test_a_release_from_before_the_version_table_runs_and_its_row_goes_later(
+    database: str, tmp_path: Path
+) -> None:
+    """A release that reads ``alembic_version`` (docs/migrations.md#version-table) finds no
+    revision there, replays its own revisions over the newer schema (they are idempotent),
+    records its head in ``alembic_version`` and runs; the store's own version stays at head,
+    and the next ``db upgrade`` deletes the row it left."""
+    release = _pre_move_release(tmp_path)
+    asyncio.run(_seed(database))
+
+    result = _run_previous(release, database)
+
+    assert "refused" not in result, result
+    assert result["current"] == ["0002"]
+    assert result["contents"] == ["written by the new release", "written by the old release"]
+
+    async def versions(table: str) -> list[str]:
+        async with overview.unmigrated(database) as storage, storage.engine.connect() as conn:
+            present = await conn.run_sync(lambda sync: sa.inspect(sync).has_table(table))
+            if not present:
+                return []
+            rows = await conn.execute(sa.text(f"SELECT version_num FROM {table}"))
+            return sorted(row[0] for row in rows)
+
+    assert asyncio.run(versions(VERSION_TABLE)) == list(migrate.head_revisions())
+    assert asyncio.run(versions(SHARED_VERSION_TABLE)) == ["0002"]
+    asyncio.run(overview.upgrade(database))
+    assert asyncio.run(versions(SHARED_VERSION_TABLE)) == []
+    assert asyncio.run(overview.schema_report(database)).ok

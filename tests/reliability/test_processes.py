@@ -377,7 +377,7 @@ def _migrators(results: list[dict[str, Any]]) -> list[int]:
 
 
 async def _assert_at_head_once(target: str) -> None:
-    versions = await raw_rows(target, "SELECT version_num FROM alembic_version")
+    versions = await raw_rows(target, "SELECT version_num FROM opensquilla_session_version")
     assert [v for (v,) in versions] == list(migrate.head_revisions())
 
 

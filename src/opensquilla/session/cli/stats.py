@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..usecases.overview import StoreStats
+from ..usecases.overview import StoreStats, require_store
 from .options import Json
 from .render.stats import STATS
 from .runtime import dsn, open_manager, run
@@ -16,6 +16,7 @@ def stats(ctx: typer.Context, as_json: Json = False) -> None:
 
 
 async def _stats(dsn: str) -> StoreStats:
-    """The call into the library."""
+    """The call into the library (which would create a store where there is none)."""
+    await require_store(dsn)
     async with open_manager(dsn, create=False) as manager:
         return await manager.stats()

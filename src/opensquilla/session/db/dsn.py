@@ -9,13 +9,16 @@ query string, a ``password=`` parameter) is never taken for a file path: a misty
 ``postgresql//app:pw@host/db`` would otherwise become a SQLite file whose directory names
 are the password. ``?password=...`` (which asyncpg accepts) is moved into the URL's
 password, where every rendering hides it.
+
+``?schema=NAME`` (PostgreSQL only) puts the store's tables in that schema
+(``db/pg_schema.py``); it is taken out of the URL the driver sees.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +27,7 @@ from sqlalchemy.exc import ArgumentError
 
 from ..config import mask_password
 from ..errors import ConfigurationError
+from .pg_schema import checked_schema
 
 Backend = Literal["sqlite", "postgresql"]
 
@@ -57,6 +61,9 @@ _EXPLICIT_PATH = ("/", "./", "../", "~")
 # to the last "@" (the user may go with it; nothing of the password stays).
 _BLUNT_CREDENTIALS = re.compile(r":(?!/)\S*@")
 _QUERY_PASSWORD = "password"
+_QUERY_SCHEMA = "schema"
+# "?schema=" with no value, which the URL parser drops without a word.
+_EMPTY_SCHEMA = re.compile(r"[?&]schema=(?:&|#|$)")
 
 
 def _masked(text: str) -> str:
@@ -80,6 +87,7 @@ class StorageTarget:
     url: URL
     backend: Backend
     path: Path | None  # the SQLite file; None for ':memory:' and Postgres
+    schema: str | None = None  # the PostgreSQL schema of the store's tables (None: default)
 
     @property
     def memory(self) -> bool:
@@ -88,7 +96,10 @@ class StorageTarget:
     def render(self) -> str:
         """The URL as text, password and secret-looking parameters hidden: safe for logs,
         errors, reprs and ``--json`` output."""
-        return mask_password(self.url.render_as_string(hide_password=True))
+        shown = self.url.render_as_string(hide_password=True)
+        if self.schema is not None:
+            shown += f"{'&' if self.url.query else '?'}{_QUERY_SCHEMA}={self.schema}"
+        return mask_password(shown)
 
     def __repr__(self) -> str:
         # The dataclass repr would show ``url``, query parameters and all.
@@ -96,6 +107,29 @@ class StorageTarget:
 
     def __str__(self) -> str:
         return self.render()
+
+
+def with_schema(target: StorageTarget, schema: str | None) -> StorageTarget:
+    """``target`` with the store's tables in ``schema`` (PostgreSQL only; given both in the
+    URL and as a setting, the two must agree)."""
+    if schema is None:
+        return target
+    if target.backend != "postgresql":
+        raise _schema_on_sqlite()
+    schema = checked_schema(schema)
+    if target.schema is not None and target.schema != schema:
+        raise ConfigurationError(
+            f"schema {schema!r} was given, but the URL names schema {target.schema!r}; give it once"
+        )
+    return replace(target, schema=schema)
+
+
+def _schema_on_sqlite() -> ConfigurationError:
+    return ConfigurationError(
+        "a schema is a PostgreSQL setting: a SQLite database has no schemas (the store's "
+        "tables share the file with whatever else is in it); drop the schema, or use "
+        "another file"
+    )
 
 
 def parse_target(target: str | os.PathLike[str]) -> StorageTarget:
@@ -137,6 +171,8 @@ def _sqlite_file(path: Path) -> StorageTarget:
 
 
 def _from_url(text: str) -> StorageTarget:
+    if _EMPTY_SCHEMA.search(text):
+        raise ConfigurationError("the URL's schema parameter is empty; name a schema or drop it")
     try:
         url = make_url(text)
     except (ArgumentError, ValueError):
@@ -148,6 +184,8 @@ def _from_url(text: str) -> StorageTarget:
     if backend == "sqlite":
         if driver not in ("", "aiosqlite"):
             raise _refuse_driver(url, "sqlite", driver)
+        if _QUERY_SCHEMA in url.query:
+            raise _schema_on_sqlite()
         url = url.set(drivername="sqlite+aiosqlite")
         database = url.database or ""
         if database in ("", ":memory:"):
@@ -162,12 +200,13 @@ def _from_url(text: str) -> StorageTarget:
         except ValueError:
             port = -1
         url = _password_from_query(url)
+        url, schema = _schema_from_query(url)
         _check_query(url)
         if port is not None and not 0 < port < 65536:
             raise ConfigurationError(
                 f"invalid port in {_render(url)!r}; accepted forms: {ACCEPTED_FORMS}"
             )
-        return StorageTarget(url.set(drivername="postgresql+asyncpg"), "postgresql", None)
+        return StorageTarget(url.set(drivername="postgresql+asyncpg"), "postgresql", None, schema)
     raise ConfigurationError(
         f"unsupported database {backend!r} in {_render(url)!r}; accepted forms: {ACCEPTED_FORMS}"
     )
@@ -185,6 +224,18 @@ def _password_from_query(url: URL) -> URL:
     given = url.query[_QUERY_PASSWORD]
     password = given[-1] if isinstance(given, tuple) else given
     return url.difference_update_query([_QUERY_PASSWORD]).set(password=password)
+
+
+def _schema_from_query(url: URL) -> tuple[URL, str | None]:
+    """``?schema=NAME`` taken out of the URL (asyncpg would refuse it)."""
+    if _QUERY_SCHEMA not in url.query:
+        return url, None
+    given = url.query[_QUERY_SCHEMA]
+    if isinstance(given, tuple):
+        if len(set(given)) != 1:
+            raise ConfigurationError(f"the URL names several schemas: {', '.join(given)}"[:200])
+        given = given[0]
+    return url.difference_update_query([_QUERY_SCHEMA]), checked_schema(given)
 
 
 # asyncpg.connect() arguments that cannot come from a URL's text (or are the URL itself).

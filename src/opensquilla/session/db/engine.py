@@ -7,7 +7,9 @@ so transactions and savepoints are real on Python 3.11. A write transaction begi
 busy snapshot. ``:memory:`` uses one shared connection (``StaticPool``) that lives as long
 as the store (:class:`PinnedMemoryDBAPI`), whatever happens to the operations on it.
 
-Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout.
+Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout; with a schema
+(``db/pg_schema.py``), that schema alone on every connection's search path and in every
+statement's ``schema_translate_map``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.util.concurrency import await_
 
 from .dsn import StorageTarget
+from .pg_schema import connection_settings
 from .sql import SQLITE_UUID_FUNCTION
 from .sqlite_driver import lean_dbapi
 from .types import json_deserializer, json_serializer
@@ -176,6 +179,9 @@ def create_engine(
         options: dict[str, Any] = {}
         if pool_size is not None:
             options["pool_size"] = pool_size
+        if target.schema is not None:
+            options["connect_args"] = connection_settings(target.schema)
+            options["execution_options"] = {"schema_translate_map": {None: target.schema}}
         engine = create_async_engine(target.url, **common, **options)
         _ping_on_checkout(engine)
         return engine

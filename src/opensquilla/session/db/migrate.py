@@ -13,6 +13,9 @@ Rolling deploys (docs/migrations.md#rolling-deploys, ``schema_policy.py``): a re
 in ``session_schema_revisions`` as it is applied, and a package whose newest revision is older
 than the database's runs against it unchanged when every revision in between is recorded as
 expand-only; otherwise :func:`ensure_head` refuses with a message naming the revision.
+
+The revision is recorded in the store's own version table (``version_table.py``), in the
+store's PostgreSQL schema when it has one (``pg_schema.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alembic import command
@@ -45,9 +48,13 @@ from .base import Base
 from .dsn import parse_target
 from .engine import BEGIN_OPTION, create_engine
 from .errors import translated_errors
+from .pg_schema import ensure_schema, trigram_opclass_qualified, trigram_schema
 from .schema_policy import POLICY_TABLE as POLICY_TABLE
 from .schema_policy import accept_newer_schema, record_revision_policy
 from .tables import OUR_TABLES
+from .version_table import current_revisions as _current_sync
+from .version_table import migration_context, move_from_shared_table, schema_of, version_options
+from .version_table import why_no_store as _why_no_store
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.migrate")
@@ -89,6 +96,10 @@ def script_directory() -> ScriptDirectory:
 
 def head_revisions() -> tuple[str, ...]:
     return tuple(script_directory().get_heads())
+
+
+def known_revisions() -> frozenset[str]:
+    return frozenset(script.revision for script in script_directory().walk_revisions())
 
 
 # The PostgreSQL search objects of revision 0003, which the metadata does not declare: a
@@ -186,9 +197,10 @@ def _drop_sqlite_pk_nullability(context: MigrationContext, revision: Any, direct
     upgrade_ops.ops = kept
 
 
-def context_options(dialect_name: str) -> dict[str, Any]:
+def context_options(dialect_name: str, schema: str | None) -> dict[str, Any]:
     """Options every migration context gets, from the CLI or from code."""
     return {
+        **version_options(schema),
         "target_metadata": Base.metadata,
         "render_as_batch": dialect_name == "sqlite",
         "include_object": include_object,
@@ -202,17 +214,36 @@ def context_options(dialect_name: str) -> dict[str, Any]:
 LOCK_POLL_SECONDS = 0.2
 
 
+def _prepare(connection: Connection) -> str | None:
+    """First thing under the lock: the store's schema exists, and a version recorded by an
+    earlier release in ``alembic_version`` has moved to the store's own table. On
+    PostgreSQL, the schema of ``pg_trgm`` (``None``: not installed)."""
+    schema = schema_of(connection)
+    if schema is not None:
+        ensure_schema(connection, schema)
+    move_from_shared_table(connection, script_directory())
+    return trigram_schema(connection) if connection.dialect.name == "postgresql" else None
+
+
 async def _run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
     async with _one_migration_per_process(), translated_errors(), engine.connect() as conn:
         if engine.dialect.name != "postgresql":
             await conn.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
             async with conn.begin():
+                await conn.run_sync(_prepare)
                 return await conn.run_sync(fn)
         await _take_postgres_lock(conn)
         try:
+            trigram = await conn.run_sync(_prepare)
+            await conn.commit()
+
+            def run(connection: Connection) -> Any:
+                with trigram_opclass_qualified(connection, trigram):
+                    return fn(connection)
+
             # No transaction around the run: Alembic opens one (env.py), and a revision's
             # autocommit block may commit it to build an index CONCURRENTLY.
-            return await conn.run_sync(fn)
+            return await conn.run_sync(run)
         finally:
             if conn.in_transaction():
                 await conn.rollback()
@@ -235,14 +266,12 @@ async def _take_postgres_lock(conn: AsyncConnection) -> None:
         await asyncio.sleep(LOCK_POLL_SECONDS)
 
 
-def _current_sync(connection: Connection) -> tuple[str, ...]:
-    return tuple(MigrationContext.configure(connection).get_current_heads())
-
-
 async def current_revisions(engine: AsyncEngine) -> tuple[str, ...]:
-    """The revisions stamped in the database (empty for a new or legacy database)."""
+    """The store's revision in the database (empty for a new or legacy database); one an
+    earlier release recorded in ``alembic_version`` counts until it moves over."""
+    known = known_revisions()
     async with translated_errors(), engine.connect() as conn:
-        return await conn.run_sync(_current_sync)
+        return await conn.run_sync(lambda sync: _current_sync(sync, known))
 
 
 def _command(fn: Callable[..., None], *args: Any) -> Callable[[Connection], None]:
@@ -288,12 +317,15 @@ async def ensure_head(engine: AsyncEngine) -> bool:
     """Bring the schema to head if it is not there; return whether anything ran.
 
     An up-to-date database costs one read of the version table and takes no lock.
+    ``alembic_version`` is not read here (an application's history may own it); a version
+    an earlier release left there moves over in the locked upgrade.
     """
     heads = set(head_revisions())
-    current = set(await current_revisions(engine))
+    async with translated_errors(), engine.connect() as conn:
+        current = set(await conn.run_sync(lambda sync: migration_context(sync).get_current_heads()))
     if current == heads:
         return False
-    unknown = current - {rev.revision for rev in script_directory().walk_revisions()}
+    unknown = current - known_revisions()
     if unknown:
         await accept_newer_schema(engine, sorted(unknown), heads)
         return False
@@ -304,6 +336,13 @@ async def ensure_head(engine: AsyncEngine) -> bool:
     )
     await upgrade(engine, "head")
     return True
+
+
+async def why_no_store(engine: AsyncEngine) -> str | None:
+    """Why the database holds no store yet (``None``: it does, or a legacy one to adopt)."""
+    known = known_revisions()
+    async with translated_errors(), engine.connect() as conn:
+        return await conn.run_sync(lambda sync: _why_no_store(sync, known, OUR_TABLES))
 
 
 @dataclass(frozen=True)
@@ -322,12 +361,13 @@ class SchemaStatus:
 
 
 def _check_sync(connection: Connection) -> SchemaStatus:
-    context = MigrationContext.configure(connection, opts=context_options(connection.dialect.name))
+    options = context_options(connection.dialect.name, schema_of(connection))
+    context = MigrationContext.configure(connection, opts=options)
     script = produce_migrations(context, Base.metadata)
     _drop_sqlite_pk_nullability(context, None, [script])
     diffs = script.upgrade_ops.as_diffs() if script.upgrade_ops is not None else []
     return SchemaStatus(
-        current=tuple(context.get_current_heads()),
+        current=_current_sync(connection, known_revisions()),
         heads=head_revisions(),
         drift=tuple(_describe(diff) for diff in diffs),
     )
@@ -379,10 +419,6 @@ def history() -> list[RevisionInfo]:
 def cli_dsn(x_arguments: Mapping[str, str]) -> str:
     """The DSN for the ``alembic`` command line: ``-x dsn=...``, the env variable, the default."""
     return resolve_dsn(x_arguments.get("dsn"), given_as="-x dsn=")
-
-
-def offline_url(dsn: str) -> URL:
-    return parse_target(dsn).url
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Self, get_args
 
 from ..config import archive_directory
 from ..db import migrate
-from ..db.dsn import StorageTarget, parse_target
+from ..db.dsn import StorageTarget, parse_target, with_schema
 from ..db.engine import SqliteSynchronous, create_engine, dispose_engine
 from ..db.errors import translated_errors
 from ..db.uow import UnitOfWork
@@ -44,6 +44,7 @@ class StorageLifecycle:
         pool_size: int | None = None,
         echo: bool = False,
         create: bool = True,
+        schema: str | None = None,
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
@@ -62,7 +63,8 @@ class StorageLifecycle:
         for name, flag in (("echo", echo), ("create", create)):
             if not isinstance(flag, bool):
                 raise ConfigurationError(f"{name} must be True or False, not {type(flag).__name__}")
-        self._target: StorageTarget = parse_target(target)
+        # ``schema``: PostgreSQL only, the store's tables in that schema (db/pg_schema.py).
+        self._target: StorageTarget = with_schema(parse_target(target), schema)
         self._sqlite_synchronous: SqliteSynchronous = level  # type: ignore[assignment]
         self._pool_size = pool_size
         self._echo = echo
@@ -154,6 +156,8 @@ class StorageLifecycle:
         else:
             url = self._target.url
             identity = f"postgresql://{url.host}:{url.port or 5432}/{url.database}"
+            if self._target.schema is not None:  # another schema, another store
+                identity += f"?schema={self._target.schema}"
         return store_tag(identity)
 
     @property

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..config import archive_directory
 from ..db import migrate
 from ..db.migrate import RevisionInfo as RevisionInfo
+from ..errors import MigrationError
 from ..fs.reset_archive import RecoveredArchive, StagedArchive, staged_archives
 from ..models.reports import StoreCounts
 from ..storage import SessionStorage
@@ -31,6 +32,19 @@ async def unmigrated(dsn: str, *, create: bool = True) -> AsyncIterator[SessionS
         yield storage
     finally:
         await storage.close()
+
+
+async def require_store(dsn: str) -> None:
+    """Refuse, naming the reason, a database that holds no store (a reporting command
+    does not create one: ``db upgrade`` does); a missing SQLite file is
+    ``DatabaseNotFoundError``."""
+    async with unmigrated(dsn, create=False) as storage:
+        reason = await migrate.why_no_store(storage.engine)
+        if reason is not None:
+            raise MigrationError(
+                f"no opensquilla-session store in {storage.target.render()}: {reason}; "
+                "'opensquilla-session db upgrade' creates one"
+            )
 
 
 @dataclass(frozen=True)
@@ -58,14 +72,10 @@ class SchemaReport:
         return self.state == "up-to-date"
 
 
-def _known_revisions() -> set[str]:
-    return {script.revision for script in migrate.script_directory().walk_revisions()}
-
-
 async def schema_report(dsn: str) -> SchemaReport:
     async with unmigrated(dsn, create=False) as storage:
         status = await migrate.check(storage.engine)
-    unknown = tuple(sorted(set(status.current) - _known_revisions()))
+    unknown = tuple(sorted(set(status.current) - migrate.known_revisions()))
     return SchemaReport(status.current, status.heads, unknown, status.drift)
 
 

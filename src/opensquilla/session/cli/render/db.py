@@ -11,7 +11,7 @@ from .text import field, out, visible
 
 
 def revisions(ids: Sequence[str], none: str = "base") -> str:
-    """Revision ids as read from a database (``alembic_version`` can hold anything)."""
+    """Revision ids as read from a database (a version table can hold anything)."""
     return field(", ".join(ids)) if ids else none
 
 
