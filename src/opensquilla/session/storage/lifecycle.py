@@ -3,15 +3,23 @@ factory, close, and settling reset archives a stopped process left staged."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, get_args
+from typing import TYPE_CHECKING, Self, Unpack, get_args
 
 from ..config import archive_directory
 from ..db import migrate
 from ..db.dsn import StorageTarget, parse_target
-from ..db.engine import SqliteSynchronous, create_engine, dispose_engine
+from ..db.engine import (
+    SqliteSynchronous,
+    adopt_engine,
+    create_engine,
+    dispose_engine,
+    is_engine,
+)
+from ..db.engine_options import EngineOptions, check_engine_options
 from ..db.errors import translated_errors
 from ..db.uow import UnitOfWork
 from ..errors import (
@@ -37,11 +45,10 @@ class StorageLifecycle:
 
     def __init__(
         self,
-        target: str | os.PathLike[str] = ":memory:",
+        target: str | os.PathLike[str] | AsyncEngine = ":memory:",
         *,
         sqlite_synchronous: SqliteSynchronous = "FULL",
-        pool_size: int | None = None,
-        echo: bool = False,
+        **engine_options: Unpack[EngineOptions],
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
@@ -51,20 +58,32 @@ class StorageLifecycle:
                 f"sqlite_synchronous must be one of {', '.join(get_args(SqliteSynchronous))}, "
                 f"not {sqlite_synchronous!r}"[:200]
             )
-        if pool_size is not None and (
-            isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1
-        ):
-            raise ConfigurationError(
-                f"pool_size must be a positive integer or None, not {pool_size!r}"[:200]
-            )
-        if not isinstance(echo, bool):
-            raise ConfigurationError(f"echo must be True or False, not {type(echo).__name__}")
-        self._target: StorageTarget = parse_target(target)
         self._sqlite_synchronous: SqliteSynchronous = level  # type: ignore[assignment]
-        self._pool_size = pool_size
-        self._echo = echo
+        if engine_options and is_engine(target):
+            raise ConfigurationError(
+                f"engine option(s) {', '.join(sorted(engine_options))} cannot apply to "
+                "an engine the application created; set them where it is created"
+            )
+        adopted = adopt_engine(target, self._sqlite_synchronous)
+        if adopted is not None:  # the application's engine: used, never disposed by us
+            self._target: StorageTarget = adopted
+            self._app_engine: AsyncEngine | None = target  # type: ignore[assignment]
+        else:
+            self._target = parse_target(target)  # type: ignore[arg-type]
+            self._app_engine = None
+        self._engine_options = check_engine_options(
+            engine_options, backend=self._target.backend, memory=self._target.memory
+        )
         self._db: UnitOfWork | None = None
         self._recovered: tuple[RecoveredArchive, ...] = ()
+
+    @classmethod
+    def from_engine(
+        cls, engine: AsyncEngine, *, sqlite_synchronous: SqliteSynchronous = "FULL"
+    ) -> Self:
+        """A store on an ``AsyncEngine`` the application already has (the same as
+        ``SessionStorage(engine)``): ``close()`` leaves that engine open."""
+        return cls(engine, sqlite_synchronous=sqlite_synchronous)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -97,14 +116,17 @@ class StorageLifecycle:
         return self._db is not None
 
     def _new_engine(self) -> AsyncEngine:
+        if self._app_engine is not None:
+            return self._app_engine
         if self._target.path is not None:
             ensure_private_file(self._target.path)
         return create_engine(
-            self._target,
-            sqlite_synchronous=self._sqlite_synchronous,
-            pool_size=self._pool_size,
-            echo=self._echo,
+            self._target, sqlite_synchronous=self._sqlite_synchronous, options=self._engine_options
         )
+
+    async def _dispose(self, engine: AsyncEngine, loop: asyncio.AbstractEventLoop | None) -> None:
+        if engine is not self._app_engine:
+            await dispose_engine(engine, loop)
 
     async def connect(self) -> None:
         """Open the engine and bring the schema to head (a new or legacy database alike)."""
@@ -120,7 +142,7 @@ class StorageLifecycle:
                         f"cannot connect to {self._target.render()}: {exc}"
                     ) from exc
         except BaseException:
-            await dispose_engine(engine)
+            await self._dispose(engine, None)
             raise
         self._db = UnitOfWork(engine, self._target)
         await self._recover_reset_archives()
@@ -178,13 +200,16 @@ class StorageLifecycle:
             )
 
     async def close(self) -> None:
-        """Dispose of the engine; idempotent."""
+        """Dispose of the engine (never an engine the application passed in); idempotent.
+        From another event loop than the one that connected, too (``dispose_engine``)."""
         db, self._db = self._db, None
         if db is not None:
-            await dispose_engine(db.engine)
+            await self._dispose(db.engine, db.loop)
 
     @classmethod
-    async def open(cls, target: str | os.PathLike[str] = ":memory:", **options: object) -> Self:
+    async def open(
+        cls, target: str | os.PathLike[str] | AsyncEngine = ":memory:", **options: object
+    ) -> Self:
         storage = cls(target, **options)  # type: ignore[arg-type]
         await storage.connect()
         return storage
