@@ -270,3 +270,18 @@ async def test_unusable_application_engines_are_refused(
 def test_only_the_async_drivers_the_store_runs_on_are_taken() -> None:
     with pytest.raises(ConfigurationError, match=r"postgresql\+psycopg"):
         engine_target(make_url("postgresql+psycopg://u@h/d"))
+
+
+async def test_an_engine_with_its_own_begin_recipe_is_refused(tmp_path: Path) -> None:
+    """Two BEGIN hooks would begin every transaction twice: refused, not half-working."""
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'own.db'}")
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    try:
+        with pytest.raises(ConfigurationError, match="'begin' event listeners"):
+            SessionStorage(engine)
+    finally:
+        await engine.dispose()

@@ -225,3 +225,43 @@ def test_a_sync_call_from_the_loop_thread_is_refused() -> None:
 
         manager.storage._loop_thread.run(call_back_in)
         assert seen and "loop thread" in seen[0]
+
+
+def _close_during_a_call() -> list[str]:
+    """A call still running in one thread when another closes the storage: the caller is
+    told (``CancelledError``), nobody hangs, and later calls are refused."""
+    in_flight = threading.Event()
+    never = asyncio.Event()  # bound to the store's loop on first wait
+
+    async def notify(_size: int) -> None:
+        in_flight.set()
+        await never.wait()
+
+    outcome: list[str] = []
+    storage = SyncSessionStorage(":memory:")
+    manager = SyncSessionManager(storage, notify, inject_time_prefix=False)
+    manager.create("agent:main:closing")
+
+    def append() -> None:
+        try:
+            manager.append_message("agent:main:closing", "user", "x")
+        except BaseException as exc:
+            outcome.append(type(exc).__name__)
+
+    worker = threading.Thread(target=append)
+    worker.start()
+    assert in_flight.wait(timeout=60)
+    storage.close()
+    worker.join()
+    try:
+        manager.get_session("agent:main:closing")
+    except StorageNotConnectedError:
+        outcome.append("refused after close")
+    return outcome
+
+
+async def test_close_cancels_calls_still_running() -> None:
+    assert await asyncio.to_thread(_close_during_a_call) == [
+        "CancelledError",
+        "refused after close",
+    ]

@@ -36,13 +36,12 @@ class _LoopThread:
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="opensquilla-session-loop", daemon=True
         )
-        self._stopped = False
+        self._lock = threading.Lock()  # submitting a call vs. stopping the loop
+        self.stopped = False
         self._thread.start()
 
     def run(self, make: Callable[[], Awaitable[T]]) -> T:
         """Await ``make()`` on the loop and return its result (or raise its exception)."""
-        if self._stopped:
-            raise StorageNotConnectedError("Storage not connected. Call connect() first.")
         if threading.current_thread() is self._thread:
             raise RuntimeError(
                 "a synchronous session call was made on the store's own loop thread (from a "
@@ -52,7 +51,10 @@ class _LoopThread:
         async def call() -> T:
             return await make()
 
-        future = asyncio.run_coroutine_threadsafe(call(), self._loop)
+        with self._lock:
+            if self.stopped:
+                raise StorageNotConnectedError("Storage not connected. Call connect() first.")
+            future = asyncio.run_coroutine_threadsafe(call(), self._loop)
         try:
             return future.result()
         except BaseException:
@@ -71,16 +73,30 @@ class _LoopThread:
                 yield item
         finally:
             aclose = getattr(iterator, "aclose", None)
-            if not finished and aclose is not None and not self._stopped:
+            if not finished and aclose is not None and not self.stopped:
                 self.run(aclose)
 
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+    def stop(self, last: Callable[[], Awaitable[None]]) -> None:
+        """Refuse new calls, cancel the ones still running (their callers get
+        ``CancelledError``), await ``last()`` on the loop, then end the thread."""
+        with self._lock:
+            if self.stopped:
+                return
+            self.stopped = True
+
+        async def wind_down() -> None:
+            running = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            await last()
+
+        try:
+            asyncio.run_coroutine_threadsafe(wind_down(), self._loop).result()
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
 
 
 def _returns_async_iterator(function: Callable[..., Any]) -> bool:
@@ -163,7 +179,7 @@ class SyncSessionStorage(_Facade):
         try:
             self._loop_thread.run(self._async.connect)
         except BaseException:
-            self._loop_thread.stop()
+            self._loop_thread.stop(self._async.close)
             raise
 
     @property
@@ -192,13 +208,9 @@ class SyncSessionStorage(_Facade):
         return self._async.archive_store_tag
 
     def close(self) -> None:
-        """Close the storage and stop its loop thread; idempotent."""
-        if self._loop_thread._stopped:
-            return
-        try:
-            self._loop_thread.run(self._async.close)
-        finally:
-            self._loop_thread.stop()
+        """Close the storage and stop its loop thread; idempotent. Calls other threads
+        still have running are cancelled first (they raise ``CancelledError``)."""
+        self._loop_thread.stop(self._async.close)
 
     def __repr__(self) -> str:
         return f"Sync{self._async!r}"

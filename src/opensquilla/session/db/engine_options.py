@@ -101,11 +101,7 @@ def _recycle(name: str, value: object) -> float:
     return _number(f"{name} (seconds, or -1: never)", value, integer=False, minimum=0)
 
 
-def _timeout(name: str, value: object) -> float:
-    return _number(name, value, integer=False, minimum=0)
-
-
-def _echo(name: str, value: object) -> bool:
+def _bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ConfigurationError(f"{name} must be True or False, not {type(value).__name__}")
     return value
@@ -120,15 +116,22 @@ def _mapping(name: str, value: object) -> dict[str, Any]:
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "pool_size": _pool_size,
     "max_overflow": _max_overflow,
-    "pool_timeout": _timeout,
+    "pool_timeout": _seconds,
     "pool_recycle": _recycle,
-    "pool_pre_ping": _echo,
-    "pool_use_lifo": _echo,
-    "echo": _echo,
-    "echo_pool": _echo,
+    "pool_pre_ping": _bool,
+    "pool_use_lifo": _bool,
+    "echo": _bool,
+    "echo_pool": _bool,
     "connect_args": _mapping,
 }
-POOL_OPTIONS = ("pool_size", "max_overflow", "pool_timeout", "pool_recycle", "pool_pre_ping")
+_POOL_OPTIONS = (
+    "pool_size",
+    "max_overflow",
+    "pool_timeout",
+    "pool_recycle",
+    "pool_pre_ping",
+    "pool_use_lifo",
+)
 _SET_BY_THE_STORE = (
     "poolclass",
     "pool",
@@ -155,16 +158,12 @@ def check_engine_options(
         )
     checked = {name: _CHECKS[name](name, value) for name, value in options.items()}
     if backend == "sqlite":
-        given = [
-            name for name in ("connect_args", *POOL_OPTIONS, "pool_use_lifo") if name in options
-        ]
+        given = [name for name in ("connect_args", *_POOL_OPTIONS) if checked.get(name) is not None]
         refused = given if memory else [name for name in given if name == "connect_args"]
         if refused:
-            where = (
-                "':memory:' has one connection and no pool"
-                if memory
-                else ("SQLite connections are set up by the store itself")
-            )
+            where = "':memory:' has one connection and no pool"
+            if not memory:
+                where = "SQLite connections are set up by the store itself"
             raise ConfigurationError(
                 f"{', '.join(refused)} cannot be used with SQLite here: {where}"
             )
