@@ -142,11 +142,15 @@ async def test_errors_are_raised_with_their_own_types(database: str) -> None:
     ]
 
 
+def _loop_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "opensquilla-session-loop"}
+
+
 def test_a_refused_setting_starts_no_thread() -> None:
-    before = threading.active_count()
+    before = _loop_threads()
     with pytest.raises(SessionStoreError, match="pool_size"):
         SyncSessionStorage(":memory:", pool_size=3)
-    assert threading.active_count() == before
+    assert _loop_threads() == before
 
 
 def test_a_target_given_to_the_manager_is_owned_and_closed() -> None:
