@@ -47,7 +47,8 @@ MALFORMED = [
     f"nosuchdb://app:{SECRET}@host/db",
     # Parameters asyncpg does not take (it would fail the connection with a TypeError).
     f"postgresql://app@host/db?sslpassword={SECRET}",
-    f"postgresql://app@host/db?sslmode=require&password={SECRET}",
+    f"postgresql://app@host/db?sslmode=sometimes&password={SECRET}",
+    f"sqlite:///x.db?password={SECRET}",
 ]
 
 

@@ -133,6 +133,15 @@ async def test_a_schema_given_twice_must_agree(database: str) -> None:
         SessionStorage(_in_schema(database, "sessions_c"), schema="other")
 
 
+@pytest.mark.postgres_only
+async def test_a_schema_and_a_search_path_together_are_refused(database: str) -> None:
+    """The schema sets the search path itself; a second one would put other tables on it."""
+    storage = SessionStorage(_in_schema(database, "sessions_d") + "&search_path=public")
+    with pytest.raises(ConfigurationError, match="search_path"):
+        await storage.connect()
+    await storage.close()
+
+
 @pytest.mark.parametrize(
     "name", ["Upper", "1starts_with_digit", "pg_catalog", "has-dash", "x" * 64, "", "a;b"]
 )

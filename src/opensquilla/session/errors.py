@@ -108,6 +108,15 @@ class ArchiveWriteError(SessionStoreError, OSError):
     upstream HEAD raises."""
 
 
+class EventLoopMismatchError(SessionStoreError, RuntimeError):
+    """An async storage was used from an event loop other than the one that connected it.
+
+    Its connections belong to that loop (``asyncio.run()`` per request makes a new loop
+    each time). Open one storage per event loop, or, from synchronous code, use
+    ``opensquilla.session.sync.SyncSessionManager``, which keeps one loop for its storage.
+    """
+
+
 class MigrationError(SessionStoreError):
     """The schema could not be brought to, or is not at, the expected revision."""
 
@@ -118,6 +127,7 @@ __all__ = [
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailableError",
+    "EventLoopMismatchError",
     "IntegrityViolationError",
     "InvalidInputError",
     "InvalidSessionKeyError",

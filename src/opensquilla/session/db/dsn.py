@@ -27,6 +27,7 @@ from sqlalchemy.exc import ArgumentError
 
 from ..config import mask_password
 from ..errors import ConfigurationError
+from .engine_options import postgres_connection
 from .pg_schema import checked_schema
 
 Backend = Literal["sqlite", "postgresql"]
@@ -186,6 +187,11 @@ def _from_url(text: str) -> StorageTarget:
             raise _refuse_driver(url, "sqlite", driver)
         if _QUERY_SCHEMA in url.query:
             raise _schema_on_sqlite()
+        if url.query:
+            raise ConfigurationError(
+                f"SQLite URLs take no query parameters (got {', '.join(sorted(url.query))}) "
+                f"in {_render(url)!r}; accepted forms: {ACCEPTED_FORMS}"
+            )
         url = url.set(drivername="sqlite+aiosqlite")
         database = url.database or ""
         if database in ("", ":memory:"):
@@ -209,6 +215,27 @@ def _from_url(text: str) -> StorageTarget:
         return StorageTarget(url.set(drivername="postgresql+asyncpg"), "postgresql", None, schema)
     raise ConfigurationError(
         f"unsupported database {backend!r} in {_render(url)!r}; accepted forms: {ACCEPTED_FORMS}"
+    )
+
+
+def engine_target(url: URL) -> StorageTarget:
+    """The target of an application's engine: a SQLite file on aiosqlite or PostgreSQL on
+    asyncpg. An in-memory SQLite engine is refused: its database lives in one connection,
+    which SQLAlchemy replaces (with a new, empty database) after an interrupted operation;
+    the store's own ``':memory:'`` keeps that connection for the store's whole life."""
+    backend, _, driver = url.drivername.partition("+")
+    if (backend, driver) == ("sqlite", "aiosqlite"):
+        if (url.database or ":memory:") == ":memory:":
+            raise ConfigurationError(
+                "an in-memory SQLite engine cannot be shared with the store (its database "
+                "would vanish with a replaced connection); pass ':memory:' instead"
+            )
+        return _sqlite_file(Path(url.database or ""))
+    if (backend, driver) == ("postgresql", "asyncpg"):
+        return StorageTarget(url, "postgresql", None)
+    raise ConfigurationError(
+        f"the engine uses {url.drivername!r}; the store runs on sqlite+aiosqlite or "
+        "postgresql+asyncpg engines"
     )
 
 
@@ -238,31 +265,14 @@ def _schema_from_query(url: URL) -> tuple[URL, str | None]:
     return url.difference_update_query([_QUERY_SCHEMA]), checked_schema(given)
 
 
-# asyncpg.connect() arguments that cannot come from a URL's text (or are the URL itself).
-_NOT_FROM_A_URL = {"dsn", "loop", "connection_class", "record_class", "server_settings"}
-# Query parameters SQLAlchemy's asyncpg dialect takes for itself.
-_DIALECT_PARAMETERS = {"prepared_statement_cache_size"}
-_HINTS = {"sslmode": " (asyncpg spells it ssl, e.g. ?ssl=require)"}
-
-
 def _check_query(url: URL) -> None:
-    """Refuse query parameters the driver would not take: SQLAlchemy hands every one to
-    ``asyncpg.connect()`` as a keyword, and an unknown one (``sslmode``, ``sslpassword``)
-    would fail the first connection with a bare ``TypeError``."""
-    import inspect
-
-    import asyncpg
-
-    accepted = (
-        set(inspect.signature(asyncpg.connect).parameters) - _NOT_FROM_A_URL
-    ) | _DIALECT_PARAMETERS
-    unknown = sorted(set(url.query) - accepted)
-    if unknown:
-        hint = "".join(_HINTS.get(name, "") for name in unknown)
-        raise ConfigurationError(
-            f"query parameter(s) {', '.join(unknown)} in {_render(url)!r} are not understood "
-            f"by asyncpg{hint}; accepted: {', '.join(sorted(accepted))}"
-        )
+    """Refuse, by name, query parameters asyncpg would not take (SQLAlchemy hands each one
+    to ``asyncpg.connect()`` as a keyword: an unknown one would fail the first connection
+    with a bare ``TypeError``), and values it could not use."""
+    try:
+        postgres_connection(url)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc} (in {_render(url)!r})") from None
 
 
 def _refuse_driver(url: URL, backend: str, driver: str) -> ConfigurationError:

@@ -7,28 +7,31 @@ so transactions and savepoints are real on Python 3.11. A write transaction begi
 busy snapshot. ``:memory:`` uses one shared connection (``StaticPool``) that lives as long
 as the store (:class:`PinnedMemoryDBAPI`), whatever happens to the operations on it.
 
-Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout; with a schema
-(``db/pg_schema.py``), that schema alone on every connection's search path and in every
-statement's ``schema_translate_map``.
+Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 import uuid
+import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.util.concurrency import await_
 
-from .dsn import StorageTarget
+from ..errors import ConfigurationError
+from .dsn import StorageTarget, engine_target
+from .engine_options import postgres_connection
 from .pg_schema import connection_settings
 from .sql import SQLITE_UUID_FUNCTION
 from .sqlite_driver import lean_dbapi
@@ -151,9 +154,25 @@ def _pinned_class(base: type[Any]) -> type[Any]:
     return pinned
 
 
-async def dispose_engine(engine: AsyncEngine) -> None:
+async def dispose_engine(
+    engine: AsyncEngine, loop: asyncio.AbstractEventLoop | None = None
+) -> None:
     """Dispose of ``engine``'s pool and, for a ``:memory:`` store, close its one
-    connection (which the pool itself never closes)."""
+    connection (which the pool itself never closes).
+
+    ``loop`` is the event loop the engine's connections were opened on. asyncpg connections
+    belong to it: if it still runs (another thread), they are closed there; if it is gone,
+    they cannot be closed any more, and the pool is only let go of (the server drops them
+    when their sockets close). aiosqlite connections run on their own threads and close
+    from any loop.
+    """
+    current = asyncio.get_running_loop()
+    if loop is not None and loop is not current and engine.dialect.name == "postgresql":
+        if loop.is_running():
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(engine.dispose(), loop))
+        else:
+            await engine.dispose(close=False)
+        return
     await engine.dispose()
     dbapi = engine.sync_engine.dialect.loaded_dbapi
     if isinstance(dbapi, PinnedMemoryDBAPI):
@@ -164,28 +183,40 @@ def create_engine(
     target: StorageTarget,
     *,
     sqlite_synchronous: SqliteSynchronous = "FULL",
-    pool_size: int | None = None,
-    echo: bool = False,
+    options: Mapping[str, Any] | None = None,
     create: bool = True,
 ) -> AsyncEngine:
-    """An engine for ``target``. ``create=False``: SQLite opens an existing file only
-    (``mode=rw``), so not even a file deleted since the caller looked is created."""
+    """The store's own engine; ``options`` checked by ``engine_options.check_engine_options``.
+    ``create=False``: SQLite opens an existing file only (``mode=rw``), so not even a file
+    deleted since the caller looked is created."""
+    given = {name: value for name, value in (options or {}).items() if value is not None}
     common: dict[str, Any] = {
-        "echo": echo,
         "json_serializer": json_serializer(target.backend),
         "json_deserializer": json_deserializer(target.backend),
     }
     if target.backend == "postgresql":
-        options: dict[str, Any] = {}
-        if pool_size is not None:
-            options["pool_size"] = pool_size
+        ping = given.pop("pool_pre_ping", True)
+        url, connect_args = postgres_connection(target.url, given.pop("connect_args", None))
         if target.schema is not None:
-            options["connect_args"] = connection_settings(target.schema)
-            options["execution_options"] = {"schema_translate_map": {None: target.schema}}
-        engine = create_async_engine(target.url, **common, **options)
-        _ping_on_checkout(engine)
+            connect_args = _in_schema(connect_args, target.schema)
+            given["execution_options"] = {"schema_translate_map": {None: target.schema}}
+        engine = create_async_engine(url, connect_args=connect_args, **common, **given)
+        if ping:
+            _ping_on_checkout(engine)
         return engine
-    return _sqlite_engine(target, sqlite_synchronous, pool_size, common, create=create)
+    return _sqlite_engine(target, sqlite_synchronous, given, common, create=create)
+
+
+def _in_schema(connect_args: dict[str, Any], schema: str) -> dict[str, Any]:
+    """``connect_args`` with ``schema`` alone on the search path (``db/pg_schema.py``)."""
+    settings = dict(connect_args.get("server_settings") or {})
+    if "search_path" in settings:
+        raise ConfigurationError(
+            "both a schema and a search_path were given; the schema sets the search path "
+            "(it holds the store's tables alone): drop search_path"
+        )
+    settings.update(connection_settings(schema)["server_settings"])
+    return {**connect_args, "server_settings": settings}
 
 
 def _existing_only(path: Path) -> URL:
@@ -195,6 +226,40 @@ def _existing_only(path: Path) -> URL:
         database="file:" + quote(str(path)),
         query={"mode": "rw", "uri": "true"},
     )
+
+
+def is_engine(value: object) -> bool:
+    return isinstance(value, AsyncEngine)
+
+
+def adopt_engine(engine: object, sqlite_synchronous: SqliteSynchronous) -> StorageTarget | None:
+    """The target of an application's ``AsyncEngine`` (``None`` if ``engine`` is not one),
+    made ready for the store: on SQLite the store's connection setup (WAL, pragmas,
+    functions, the BEGIN recipe) is attached to it, for its existing connections too; the
+    store's JSON codec is installed where the application left SQLAlchemy's default."""
+    if not isinstance(engine, AsyncEngine):
+        return None
+    target = engine_target(engine.url)
+    _adopt_json_codec(engine, target.backend)
+    if target.backend == "sqlite":
+        _install_sqlite_setup(engine, sqlite_synchronous, None, file_backed=True)
+    return target
+
+
+def _adopt_json_codec(engine: AsyncEngine, backend: str) -> None:
+    dialect: Any = engine.dialect
+    for attribute, ours in (
+        ("_json_serializer", json_serializer(backend)),
+        ("_json_deserializer", json_deserializer(backend)),
+    ):
+        current = getattr(dialect, attribute, None)
+        if current is None:
+            setattr(dialect, attribute, ours)
+        elif getattr(current, "__module__", None) != ours.__module__:
+            raise ConfigurationError(
+                f"the engine was created with its own {attribute.lstrip('_')}; the store needs "
+                "its own (strict JSON, NUL-safe text): create the engine without it"
+            )
 
 
 def _ping_on_checkout(engine: AsyncEngine) -> None:
@@ -226,7 +291,7 @@ def _lower(value: object) -> object:
 def _sqlite_engine(
     target: StorageTarget,
     synchronous: SqliteSynchronous,
-    pool_size: int | None,
+    options: dict[str, Any],
     common: dict[str, Any],
     *,
     create: bool,
@@ -241,20 +306,40 @@ def _sqlite_engine(
             "sqlite+aiosqlite://",
             poolclass=StaticPool,
             connect_args=connect_args,
-            **{**common, "module": pinned},
+            **{**common, **options, "module": pinned},
         )
     else:
-        extra: dict[str, Any] = {}
-        if pool_size is not None:
-            extra["pool_size"] = pool_size
         url = target.url if create or target.path is None else _existing_only(target.path)
-        engine = create_async_engine(url, connect_args=connect_args, **common, **extra)
-    file_backed = not target.memory
+        engine = create_async_engine(url, connect_args=connect_args, **common, **options)
+    _install_sqlite_setup(engine, synchronous, pinned, file_backed=not target.memory)
+    return engine
 
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        if pinned is not None and pinned.reconnected:
-            return  # the store's one :memory: connection, set up when it was opened
+
+# Sync engines the setup below is installed on (an application's engine may be adopted by
+# several storages: one set of listeners).
+_SET_UP_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+_SET_UP = "opensquilla_setup"  # marks a connection record whose connection is set up
+
+
+def _install_sqlite_setup(
+    engine: AsyncEngine,
+    synchronous: SqliteSynchronous,
+    pinned: PinnedMemoryDBAPI | None,
+    *,
+    file_backed: bool,
+) -> None:
+    sync_engine = engine.sync_engine
+    if sync_engine in _SET_UP_ENGINES:
+        return
+    if sync_engine.dispatch.begin:
+        raise ConfigurationError(
+            "the engine already has 'begin' event listeners (its own SQLite BEGIN recipe?); "
+            "the store installs its own: pass an engine without them"
+        )
+    _SET_UP_ENGINES.add(sync_engine)
+
+    def set_up(dbapi_connection: Any, record: Any) -> None:
+        record.info[_SET_UP] = True
         # Hand transaction control to SQLAlchemy (the BEGIN hook below).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -269,7 +354,18 @@ def _sqlite_engine(
         dbapi_connection.create_function(SQLITE_UUID_FUNCTION, 0, _uuid4, deterministic=False)
         dbapi_connection.create_function(SQLITE_LOWER_FUNCTION, 1, _lower, deterministic=True)
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        if pinned is not None and pinned.reconnected:
+            return  # the store's one :memory: connection, set up when it was opened
+        set_up(dbapi_connection, record)
+
+    @event.listens_for(sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if not record.info.get(_SET_UP) and not (pinned is not None and pinned.reconnected):
+            set_up(dbapi_connection, record)  # opened before an application's engine was adopted
+
+    @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
         if mode == "NONE":
@@ -280,5 +376,3 @@ def _sqlite_engine(
             defer(f"BEGIN {mode}")  # the lean adapter sends it with the first statement
         else:
             conn.exec_driver_sql(f"BEGIN {mode}")
-
-    return engine

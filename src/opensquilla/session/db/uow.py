@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..errors import DatabaseUnavailableError
+from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import translated_errors
@@ -73,6 +73,8 @@ class UnitOfWork:
 
     def __init__(self, engine: AsyncEngine, target: StorageTarget) -> None:
         self.engine = engine
+        # The loop the engine's connections belong to: units of work run on it only.
+        self.loop = asyncio.get_running_loop()
         self.backend = target.backend
         self._memory = target.memory
         sqlite = target.backend == "sqlite"
@@ -97,6 +99,7 @@ class UnitOfWork:
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[Transaction]:
         """A read-write transaction: commits on success, rolls back on any exception."""
+        self._check_loop()
         async with (
             self._locked(self._write_lock),
             self._connection(self._writer) as conn,
@@ -107,6 +110,7 @@ class UnitOfWork:
     @contextlib.asynccontextmanager
     async def write_statement(self) -> AsyncIterator[Transaction]:
         """For exactly one write statement, atomic by itself (no explicit transaction)."""
+        self._check_loop()
         async with self._locked(self._write_lock), self._connection(self._single) as conn:
             yield Transaction(conn)
             await conn.commit()
@@ -114,6 +118,7 @@ class UnitOfWork:
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Transaction]:
         """Reads, each statement consistent on its own (autocommit)."""
+        self._check_loop()
         lock = self._write_lock if self._memory else None
         async with self._locked(lock), self._connection(self._reader) as conn:
             yield Transaction(conn)
@@ -122,9 +127,19 @@ class UnitOfWork:
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Transaction]:
         """Reads from one snapshot: several statements that must agree."""
+        self._check_loop()
         lock = self._write_lock if self._memory else None
         async with self._locked(lock), self._connection(self._snapshot) as conn, conn.begin():
             yield Transaction(conn)
+
+    def _check_loop(self) -> None:
+        if asyncio.get_running_loop() is not self.loop:
+            raise EventLoopMismatchError(
+                "this SessionStorage was connected on another event loop (an earlier "
+                "asyncio.run()?), and its connections belong to that loop; open one storage "
+                "per event loop, or from synchronous code use "
+                "opensquilla.session.sync.SyncSessionManager"
+            )
 
     @contextlib.asynccontextmanager
     async def _connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:

@@ -3,15 +3,23 @@ factory, close, and settling reset archives a stopped process left staged."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, get_args
+from typing import TYPE_CHECKING, Self, Unpack, get_args
 
 from ..config import archive_directory
 from ..db import migrate
 from ..db.dsn import StorageTarget, parse_target, with_schema
-from ..db.engine import SqliteSynchronous, create_engine, dispose_engine
+from ..db.engine import (
+    SqliteSynchronous,
+    adopt_engine,
+    create_engine,
+    dispose_engine,
+    is_engine,
+)
+from ..db.engine_options import EngineOptions, check_engine_options
 from ..db.errors import translated_errors
 from ..db.uow import UnitOfWork
 from ..errors import (
@@ -38,13 +46,12 @@ class StorageLifecycle:
 
     def __init__(
         self,
-        target: str | os.PathLike[str] = ":memory:",
+        target: str | os.PathLike[str] | AsyncEngine = ":memory:",
         *,
         sqlite_synchronous: SqliteSynchronous = "FULL",
-        pool_size: int | None = None,
-        echo: bool = False,
         create: bool = True,
         schema: str | None = None,
+        **engine_options: Unpack[EngineOptions],
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
@@ -54,23 +61,41 @@ class StorageLifecycle:
                 f"sqlite_synchronous must be one of {', '.join(get_args(SqliteSynchronous))}, "
                 f"not {sqlite_synchronous!r}"[:200]
             )
-        if pool_size is not None and (
-            isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1
-        ):
-            raise ConfigurationError(
-                f"pool_size must be a positive integer or None, not {pool_size!r}"[:200]
-            )
-        for name, flag in (("echo", echo), ("create", create)):
-            if not isinstance(flag, bool):
-                raise ConfigurationError(f"{name} must be True or False, not {type(flag).__name__}")
-        # ``schema``: PostgreSQL only, the store's tables in that schema (db/pg_schema.py).
-        self._target: StorageTarget = with_schema(parse_target(target), schema)
+        if not isinstance(create, bool):
+            raise ConfigurationError(f"create must be True or False, not {type(create).__name__}")
         self._sqlite_synchronous: SqliteSynchronous = level  # type: ignore[assignment]
-        self._pool_size = pool_size
-        self._echo = echo
         self._create = create
+        if engine_options and is_engine(target):
+            raise ConfigurationError(
+                f"engine option(s) {', '.join(sorted(engine_options))} cannot apply to "
+                "an engine the application created; set them where it is created"
+            )
+        adopted = adopt_engine(target, self._sqlite_synchronous)
+        if adopted is not None:  # the application's engine: used, never disposed by us
+            if schema is not None:
+                raise ConfigurationError(
+                    "schema= cannot apply to an engine the application created: give the "
+                    "store a URL with ?schema= instead"
+                )
+            self._target: StorageTarget = adopted
+            self._app_engine: AsyncEngine | None = target  # type: ignore[assignment]
+        else:
+            # ``schema``: PostgreSQL only, the store's tables in that schema (db/pg_schema.py).
+            self._target = with_schema(parse_target(target), schema)  # type: ignore[arg-type]
+            self._app_engine = None
+        self._engine_options = check_engine_options(
+            engine_options, backend=self._target.backend, memory=self._target.memory
+        )
         self._db: UnitOfWork | None = None
         self._recovered: tuple[RecoveredArchive, ...] = ()
+
+    @classmethod
+    def from_engine(
+        cls, engine: AsyncEngine, *, sqlite_synchronous: SqliteSynchronous = "FULL"
+    ) -> Self:
+        """A store on an ``AsyncEngine`` the application already has (the same as
+        ``SessionStorage(engine)``): ``close()`` leaves that engine open."""
+        return cls(engine, sqlite_synchronous=sqlite_synchronous)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -103,6 +128,8 @@ class StorageLifecycle:
         return self._db is not None
 
     def _new_engine(self) -> AsyncEngine:
+        if self._app_engine is not None:
+            return self._app_engine
         path = self._target.path
         if path is not None:
             if self._create:
@@ -112,10 +139,13 @@ class StorageLifecycle:
         return create_engine(
             self._target,
             sqlite_synchronous=self._sqlite_synchronous,
-            pool_size=self._pool_size,
-            echo=self._echo,
+            options=self._engine_options,
             create=self._create,
         )
+
+    async def _dispose(self, engine: AsyncEngine, loop: asyncio.AbstractEventLoop | None) -> None:
+        if engine is not self._app_engine:
+            await dispose_engine(engine, loop)
 
     async def connect(self) -> None:
         """Open the engine and bring the schema to head (a new or legacy database alike)."""
@@ -131,7 +161,7 @@ class StorageLifecycle:
                         f"cannot connect to {self._target.render()}: {exc}"
                     ) from exc
         except BaseException:
-            await dispose_engine(engine)
+            await self._dispose(engine, None)
             raise
         self._db = UnitOfWork(engine, self._target)
         await self._recover_reset_archives()
@@ -191,13 +221,16 @@ class StorageLifecycle:
             )
 
     async def close(self) -> None:
-        """Dispose of the engine; idempotent."""
+        """Dispose of the engine (never an engine the application passed in); idempotent.
+        From another event loop than the one that connected, too (``dispose_engine``)."""
         db, self._db = self._db, None
         if db is not None:
-            await dispose_engine(db.engine)
+            await self._dispose(db.engine, db.loop)
 
     @classmethod
-    async def open(cls, target: str | os.PathLike[str] = ":memory:", **options: object) -> Self:
+    async def open(
+        cls, target: str | os.PathLike[str] | AsyncEngine = ":memory:", **options: object
+    ) -> Self:
         storage = cls(target, **options)  # type: ignore[arg-type]
         await storage.connect()
         return storage

@@ -1,0 +1,295 @@
+"""Engine and pool options, and PostgreSQL URL parameters, checked before anything opens.
+
+``SessionStorage(target, **options)`` takes SQLAlchemy's usual engine and pool options
+(:class:`EngineOptions`). An unknown option, or a value outside its domain, is a
+``ConfigurationError`` naming it, never a ``TypeError`` from deep inside the pool.
+
+Rules by backend:
+
+* PostgreSQL: every option applies. ``pool_pre_ping=True`` (the default) is the store's own
+  one-round-trip ping on checkout; ``False`` turns it off. ``connect_args`` go to
+  ``asyncpg.connect()`` and win over the URL's parameters; their ``server_settings`` are
+  merged with the URL's.
+* A SQLite file: the pool options apply to its pool; ``connect_args`` is refused (the store
+  sets its connections up itself).
+* ``:memory:``: one connection for the store's whole life and no pool, so every pool option
+  and ``connect_args`` are refused.
+
+URL query parameters on PostgreSQL are given to asyncpg with their types (a URL carries
+only text): server settings (``application_name``, ``search_path``, ``statement_timeout``,
+...) become asyncpg's ``server_settings``; libpq's ``sslmode`` and ``connect_timeout`` are
+asyncpg's ``ssl`` and ``timeout``; an unknown parameter is refused by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
+
+from sqlalchemy.engine import URL
+
+from ..errors import ConfigurationError
+
+
+class EngineOptions(TypedDict, total=False):
+    """The engine and pool options ``SessionStorage`` accepts (SQLAlchemy's meanings)."""
+
+    pool_size: int | None
+    max_overflow: int
+    pool_timeout: float
+    pool_recycle: float
+    pool_pre_ping: bool
+    pool_use_lifo: bool
+    echo: bool
+    echo_pool: bool
+    connect_args: Mapping[str, Any]
+
+
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ConfigurationError(f"{name} must be True or False, not {type(value).__name__}")
+
+
+def _number(name: str, value: object, *, integer: bool, minimum: float) -> float:
+    """``value`` (a number, or its text from a URL) as a number at least ``minimum``."""
+    number: float | None = None
+    if isinstance(value, str):
+        try:
+            number = int(value) if integer else float(value)
+        except ValueError:
+            number = None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = value
+    if (
+        number is None
+        or (integer and not isinstance(number, int))
+        or not math.isfinite(number)
+        or number < minimum
+    ):
+        kind = "an integer" if integer else "a number"
+        raise ConfigurationError(f"{name} must be {kind} >= {minimum:g}, not {value!r}"[:200])
+    return number
+
+
+def _seconds(name: str, value: object) -> float:
+    return _number(name, value, integer=False, minimum=0)
+
+
+def _count(name: str, value: object) -> int:
+    return int(_number(name, value, integer=True, minimum=0))
+
+
+def _pool_size(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive integer or None, not {value!r}"[:200])
+    return value
+
+
+def _max_overflow(name: str, value: object) -> int:
+    return int(_number(f"{name} (-1: no limit)", value, integer=True, minimum=-1))
+
+
+def _recycle(name: str, value: object) -> float:
+    if value == -1 and not isinstance(value, bool):
+        return -1
+    return _number(f"{name} (seconds, or -1: never)", value, integer=False, minimum=0)
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, not {type(value).__name__}")
+    return value
+
+
+def _mapping(name: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigurationError(f"{name} must be a mapping of names to values")
+    return dict(value)
+
+
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "pool_size": _pool_size,
+    "max_overflow": _max_overflow,
+    "pool_timeout": _seconds,
+    "pool_recycle": _recycle,
+    "pool_pre_ping": _bool,
+    "pool_use_lifo": _bool,
+    "echo": _bool,
+    "echo_pool": _bool,
+    "connect_args": _mapping,
+}
+_POOL_OPTIONS = (
+    "pool_size",
+    "max_overflow",
+    "pool_timeout",
+    "pool_recycle",
+    "pool_pre_ping",
+    "pool_use_lifo",
+)
+_SET_BY_THE_STORE = (
+    "poolclass",
+    "pool",
+    "creator",
+    "module",
+    "json_serializer",
+    "json_deserializer",
+    "isolation_level",
+    "execution_options",
+)
+
+
+def check_engine_options(
+    options: Mapping[str, object], *, backend: str, memory: bool
+) -> dict[str, Any]:
+    """The options, checked and normalised (see the module doc for the rules)."""
+    unknown = sorted(set(options) - set(_CHECKS))
+    if unknown:
+        reserved = [name for name in unknown if name in _SET_BY_THE_STORE]
+        why = f" ({', '.join(reserved)}: set by the store itself)" if reserved else ""
+        raise ConfigurationError(
+            f"unknown storage option(s) {', '.join(unknown)}{why}; accepted: "
+            f"sqlite_synchronous, {', '.join(_CHECKS)}"
+        )
+    checked = {name: _CHECKS[name](name, value) for name, value in options.items()}
+    if backend == "sqlite":
+        given = [name for name in ("connect_args", *_POOL_OPTIONS) if checked.get(name) is not None]
+        refused = given if memory else [name for name in given if name == "connect_args"]
+        if refused:
+            where = "':memory:' has one connection and no pool"
+            if not memory:
+                where = "SQLite connections are set up by the store itself"
+            raise ConfigurationError(
+                f"{', '.join(refused)} cannot be used with SQLite here: {where}"
+            )
+    else:
+        connect_args = checked.get("connect_args")
+        if connect_args is not None:
+            checked["connect_args"] = _driver_arguments(connect_args, from_url=False)
+    return checked
+
+
+# -- PostgreSQL: URL parameters and connect_args for asyncpg -------------------------------
+
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def _ssl_mode(name: str, value: object) -> object:
+    if isinstance(value, str) and value not in SSL_MODES:
+        raise ConfigurationError(f"{name} must be one of {', '.join(SSL_MODES)}, not {value!r}")
+    return value  # from code it may also be an ssl.SSLContext or a bool, as asyncpg takes
+
+
+def _text(name: str, value: object) -> object:
+    return value
+
+
+# asyncpg.connect() keywords, each with the check (and conversion from URL text) it needs.
+_DRIVER: dict[str, Callable[[str, Any], Any]] = {
+    "ssl": _ssl_mode,
+    "direct_tls": _flag,
+    "timeout": _seconds,
+    "command_timeout": _seconds,
+    "statement_cache_size": _count,
+    "max_cached_statement_lifetime": _count,
+    "max_cacheable_statement_size": _count,
+    "target_session_attrs": _text,
+    "passfile": _text,
+    "service": _text,
+    "servicefile": _text,
+    "krbsrvname": _text,
+    "gsslib": _text,
+}
+# Only from code (objects a URL cannot spell), as asyncpg or SQLAlchemy's dialect take them.
+_DRIVER_FROM_CODE = {
+    name: _text for name in ("connection_class", "record_class", "prepared_statement_name_func")
+}
+# libpq's spellings of asyncpg's keywords.
+_ALIASES = {"sslmode": "ssl", "connect_timeout": "timeout"}
+# Run-time server settings a URL commonly carries: sent at connect (asyncpg server_settings).
+SERVER_SETTINGS = (
+    "application_name",
+    "options",
+    "search_path",
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+    "idle_session_timeout",
+    "timezone",
+    "client_min_messages",
+    "jit",
+    "work_mem",
+)
+# Left in the URL for SQLAlchemy's dialect, which reads them itself (multi-host lists too).
+_LEFT_IN_THE_URL = ("host", "port", "user", "database", "prepared_statement_cache_size")
+
+
+def _settings(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigurationError("connect_args['server_settings'] must map names to strings")
+    return dict(value)
+
+
+def _driver_arguments(given: Mapping[str, Any], *, from_url: bool) -> dict[str, Any]:
+    """``given`` (URL parameters or ``connect_args``) as ``asyncpg.connect()`` keywords."""
+    arguments: dict[str, Any] = {}
+    settings: dict[str, str] = {}
+    unknown: list[str] = []
+    given_as: dict[str, str] = {}  # asyncpg keyword -> the name it was given under
+    where = "URL parameter" if from_url else "connect_args key"
+    for name, value in given.items():
+        if from_url and isinstance(value, tuple):
+            raise ConfigurationError(f"{where} {name} is given more than once")
+        keyword = _ALIASES.get(name, name)
+        if name in SERVER_SETTINGS:
+            settings[name] = value if isinstance(value, str) else str(value)
+        elif name == "server_settings" and not from_url:
+            settings.update(_settings(value))
+        elif keyword in _DRIVER or (keyword in _DRIVER_FROM_CODE and not from_url):
+            if keyword in given_as:
+                raise ConfigurationError(
+                    f"{where}s {given_as[keyword]} and {name} say the same thing; give one"
+                )
+            given_as[keyword] = name
+            arguments[keyword] = {**_DRIVER, **_DRIVER_FROM_CODE}[keyword](name, value)
+        elif name in ("prepared_statement_cache_size",):
+            arguments[name] = _count(name, value)
+        else:
+            unknown.append(name)
+    if unknown:
+        hint = ""
+        if any(name.startswith("ssl") for name in unknown):
+            hint = " (certificates: pass an ssl.SSLContext as connect_args={'ssl': context})"
+        raise ConfigurationError(
+            f"{where}(s) {', '.join(sorted(unknown))} not understood{hint}; accepted: "
+            f"{', '.join(sorted({*_DRIVER, *_ALIASES}))}, the server settings "
+            f"{', '.join(SERVER_SETTINGS)}"
+            + ("" if from_url else ", server_settings, " + ", ".join(_DRIVER_FROM_CODE))
+        )
+    if settings:
+        arguments["server_settings"] = settings
+    return arguments
+
+
+def postgres_connection(
+    url: URL, connect_args: Mapping[str, Any] | None = None
+) -> tuple[URL, dict[str, Any]]:
+    """The URL SQLAlchemy's dialect reads and the ``connect_args`` for asyncpg: the URL's
+    own parameters checked and typed, then ``connect_args`` (already checked) over them."""
+    moved = {k: v for k, v in url.query.items() if k not in _LEFT_IN_THE_URL}
+    if "prepared_statement_cache_size" in url.query:
+        _count("prepared_statement_cache_size", url.query["prepared_statement_cache_size"])
+    arguments = _driver_arguments(moved, from_url=True)
+    for name, value in (connect_args or {}).items():
+        if name == "server_settings":
+            arguments["server_settings"] = {**arguments.get("server_settings", {}), **value}
+        else:
+            arguments[name] = value
+    return url.difference_update_query(list(moved)), arguments
