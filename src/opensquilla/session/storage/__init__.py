@@ -13,6 +13,7 @@ hand them back.
 from __future__ import annotations
 
 from ..errors import StaleEpochError
+from .archives import ArchiveRowOperations
 from .history import HistoryRowOperations
 from .leases import CompactionLeaseOperations
 from .lifecycle import StorageLifecycle, StorageNotConnectedError
@@ -25,6 +26,7 @@ class SessionStorage(
     HistoryRowOperations,
     SearchOperations,
     CompactionLeaseOperations,
+    ArchiveRowOperations,
     StorageLifecycle,
 ):
     """The durable store: SQLite (``":memory:"``, a path) or PostgreSQL (a URL)."""
