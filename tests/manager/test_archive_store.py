@@ -5,6 +5,7 @@ transaction (revision 0006)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from opensquilla.session import ArchiveWriteError, SessionManager, SessionStorag
 from opensquilla.session.db.repos.transcript import TranscriptRepository
 from opensquilla.session.errors import ConfigurationError, InvalidInputError
 from opensquilla.session.models import SessionSummary
+from tests.cli.support import cli
 from tests.conftest import Backend
 from tests.helpers import table_snapshot
 
@@ -321,3 +323,26 @@ async def test_database_archive_that_cannot_be_encoded(
 async def test_archive_reads_refuse_bad_arguments(storage: SessionStorage, call: Any) -> None:
     with pytest.raises(InvalidInputError):
         await call(storage)
+
+
+def test_the_cli_follows_the_environment_to_the_database_archive(
+    database: str, monkeypatch: pytest.MonkeyPatch, _archive_dir: Path
+) -> None:
+    """``$OPENSQUILLA_SESSION_ARCHIVE_STORE`` reaches the command line: ``reset`` names the
+    row it wrote and ``stats`` counts it."""
+
+    async def seed() -> None:
+        async with SessionStorage(database) as storage:
+            await _history(SessionManager(storage, inject_time_prefix=False))
+
+    asyncio.run(seed())
+    monkeypatch.setenv("OPENSQUILLA_SESSION_ARCHIVE_STORE", "database")
+
+    reset = cli(database, "reset", KEY)
+    assert reset.exit_code == 0, reset.output
+    assert "archive: row 1 of session_archives" in reset.stdout
+    stats = json.loads(cli(database, "stats", "--json").stdout)["reset_archives"]
+    assert (stats["store"], stats["files"], stats["other_files"]) == ("database", 0, 0)
+    assert stats["database"]["archives"] == 1 and stats["database"]["bytes"] > 0
+    assert "1 in the database" in cli(database, "stats").stdout
+    assert _json_files(_archive_dir) == []
