@@ -229,6 +229,7 @@ def _archive_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "archives"
     monkeypatch.setenv("OPENSQUILLA_SESSION_ARCHIVE_DIR", str(directory))
     monkeypatch.setenv("OPENSQUILLA_STATE_DIR", str(tmp_path / "home"))
+    monkeypatch.delenv("OPENSQUILLA_SESSION_ARCHIVE_STORE", raising=False)  # files, by default
     for name in list(os.environ):  # the LLM summariser is configured by each test, never the host
         if name.startswith("OPENSQUILLA_SESSION_LLM_"):
             monkeypatch.delenv(name)

@@ -192,7 +192,7 @@ def test_a_crash_inside_the_reset_transaction_discards_the_staged_copy(
     )
 
 
-async def _stage_for(storage: SessionStorage, tag: str | None):  # type: ignore[no-untyped-def]
+async def _stage_for(storage: SessionStorage, tag: str):  # type: ignore[no-untyped-def]
     """A staged archive of KEY's current generation, as a reset in flight holds it."""
     node = await storage.get_session(KEY)
     assert node is not None
@@ -201,7 +201,9 @@ async def _stage_for(storage: SessionStorage, tag: str | None):  # type: ignore[
         transcript=await storage.get_canonical_transcript(node.session_id),
         summaries=[],
     )
-    staged = await stage_reset_archive(snapshot, now_ms=1, store_tag=tag)
+    staged = await stage_reset_archive(
+        snapshot, directory=storage.archive_directory(), now_ms=1, store_tag=tag
+    )
     assert staged is not None
     return staged
 

@@ -906,9 +906,12 @@ MANAGER_READS = {
     "get_compaction_preimage",
     "capture_compaction_source",
     "capture_session_archive",
-    # Writes a file, never the database: it takes models already checked, and the archive
-    # encoder keeps every value they hold (tests/manager/test_session_archive.py).
+    # Writes a file, or with archive_store="database" one session_archives row, never
+    # session data: it takes models already checked, and the archive encoder keeps every
+    # value they hold (tests/manager/test_session_archive.py, test_archive_store.py).
     "write_session_archive",
+    "list_session_archives",
+    "read_session_archive",
     "archive_report",
     "stats",
     "preview_reset",
@@ -984,6 +987,8 @@ STORAGE_NOT_WRITES = {
     "count_transcript_entries_batch",
     "list_user_transcript_content_batch",
     "read_compaction_lease",
+    "list_session_archives",
+    "read_session_archive",
     "search_words",
     "search_substrings",
     "search_transcript",
@@ -1050,6 +1055,8 @@ USECASE_READS = {
     "session_archive.capture_session_archive",
     "context.context_records",
     "context_records.read_rolling_context",
+    # What the manager's write_session_archive runs (see MANAGER_READS above).
+    "session_archive.write_session_archive",
 }
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",

@@ -114,6 +114,7 @@ class Template:
 
 
 LEASE_TABLE = "compaction_leases"  # coordination state beside the five tables
+ARCHIVE_TABLE = "session_archives"  # archives kept in the database (archive_store="database")
 TABLES = (
     "sessions",
     "transcript_entries",
@@ -179,8 +180,8 @@ class Templates:
         try:
             async with conn.transaction():
                 # The compaction lease too: a finished run's record would answer the next
-                # attempt's equal compaction.
-                await conn.execute(f"TRUNCATE {', '.join((*TABLES, LEASE_TABLE))}")
+                # attempt's equal compaction; and the archives an attempt kept.
+                await conn.execute(f"TRUNCATE {', '.join((*TABLES, LEASE_TABLE, ARCHIVE_TABLE))}")
                 for table, (columns, records) in template.rows.items():
                     if records:
                         await conn.copy_records_to_table(table, records=records, columns=columns)

@@ -16,6 +16,7 @@ no file at all), and the store keeps working.
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import threading
 import time
@@ -58,8 +59,15 @@ CANCELLED = (
 EVENTUALLY = 60.0
 
 
+# The store tag in archive names: on SQLite each clone has its own (a hash of its path).
+_STORE_TAG = re.compile(r"\.[0-9a-f]{8}(?=\.json|\.tmp$)")
+
+
 def _archive_files(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+    """The names in ``directory``, their store tags cut, so that clones compare."""
+    if not directory.exists():
+        return []
+    return sorted(_STORE_TAG.sub("", p.name) for p in directory.iterdir())
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]], seconds: float = EVENTUALLY) -> bool:

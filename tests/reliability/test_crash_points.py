@@ -5,7 +5,8 @@ statements (INSERT, UPDATE, DELETE; the compaction lease's aside). Then, for eve
 count, a fresh clone of the same store runs the operation with the k-th write raising an
 exception of the test's own:
 the caller gets exactly that exception, every table is exactly as before, no reset
-archive (not even a temporary file) is left, and the store then runs the operation fine.
+archive (not even a temporary file, nor a ``session_archives`` row when the store keeps its
+archives in the database) is left, and the store then runs the operation fine.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from opensquilla.session import SessionManager, SessionStorage
 from tests.helpers import table_snapshot
@@ -40,10 +42,21 @@ def _files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
 
 
-async def _count_writes(templates: Templates, template: Template, name: str) -> list[str]:
-    async with templates.clone(template) as target, SessionStorage(target) as storage:
+async def _snapshot(storage: SessionStorage) -> dict[str, list[tuple[Any, ...]]]:
+    """The five tables, and the archives kept in the database."""
+    snapshot = await table_snapshot(storage)
+    async with storage.engine.connect() as conn:
+        rows = await conn.execute(sa.text("SELECT * FROM session_archives ORDER BY id"))
+        snapshot["session_archives"] = [tuple(row) for row in rows]
+    return snapshot
+
+
+async def _count_writes(
+    templates: Templates, template: Template, name: str, options: dict[str, Any]
+) -> list[str]:
+    async with templates.clone(template) as target, SessionStorage(target, **options) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
-        before = await table_snapshot(storage)
+        before = await _snapshot(storage)
         writes: list[str] = []
 
         def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -52,17 +65,22 @@ async def _count_writes(templates: Templates, template: Template, name: str) -> 
 
         with listening(storage, "before_cursor_execute", record):
             await OPERATIONS[name](manager, template.context)
-        assert await table_snapshot(storage) != before, f"{name} changed nothing"
+        assert await _snapshot(storage) != before, f"{name} changed nothing"
     return writes
 
 
 async def _crash_at(
-    templates: Templates, template: Template, name: str, k: int, archive_dir: Path
+    templates: Templates,
+    template: Template,
+    name: str,
+    k: int,
+    archive_dir: Path,
+    options: dict[str, Any],
 ) -> None:
     """Run ``name`` on a fresh clone with its ``k``-th write crashing; check the aftermath."""
-    async with templates.clone(template) as target, SessionStorage(target) as storage:
+    async with templates.clone(template) as target, SessionStorage(target, **options) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
-        before = await table_snapshot(storage)
+        before = await _snapshot(storage)
         files_before = _files(archive_dir)
         crash = InjectedCrash(f"crash at write {k} of {name}")
         seen: list[str] = []
@@ -81,21 +99,42 @@ async def _crash_at(
 
         assert caught.value is crash, f"k={k}: the caller got another exception"
         assert len(seen) == k, f"k={k}: writes went on after the crash: {seen[k:]}"
-        assert await table_snapshot(storage) == before, f"k={k} ({seen[-1]}) left changes"
+        assert await _snapshot(storage) == before, f"k={k} ({seen[-1]}) left changes"
         assert _files(archive_dir) == files_before, f"k={k}: archive files left behind"
         assert storage.engine.pool.checkedout() == 0
 
         await OPERATIONS[name](manager, template.context)
-        assert await table_snapshot(storage) != before
+        assert await _snapshot(storage) != before
+
+
+async def _crash_everywhere(
+    templates: Templates, name: str, archive_dir: Path, options: dict[str, Any]
+) -> list[str]:
+    template = await templates.prepare()
+    writes = await _count_writes(templates, template, name, options)
+    assert len(writes) >= 2, f"{name} is not a multi-row operation: {writes}"
+
+    for k in range(1, len(writes) + 1):
+        await _crash_at(templates, template, name, k, archive_dir, options)
+    return writes
 
 
 @pytest.mark.parametrize("name", CRASHED)
 async def test_a_crash_at_any_write_leaves_every_table_as_it_was(
     name: str, templates: Templates, _archive_dir: Path
 ) -> None:
-    template = await templates.prepare()
-    writes = await _count_writes(templates, template, name)
-    assert len(writes) >= 2, f"{name} is not a multi-row operation: {writes}"
+    await _crash_everywhere(templates, name, _archive_dir, {})
 
-    for k in range(1, len(writes) + 1):
-        await _crash_at(templates, template, name, k, _archive_dir)
+
+async def test_a_reset_archiving_to_the_database_commits_its_row_with_it_or_not_at_all(
+    templates: Templates, _archive_dir: Path
+) -> None:
+    """``archive_store="database"``: the archive row is one of the reset's writes, before
+    its deletes; a crash at any of them leaves neither the row nor the reset."""
+    writes = await _crash_everywhere(
+        templates, "reset", _archive_dir, {"archive_store": "database"}
+    )
+    archive = next(i for i, w in enumerate(writes) if "session_archives" in w)
+    deletes = [i for i, w in enumerate(writes) if w.startswith("DELETE")]
+    assert deletes and archive < min(deletes), writes
+    assert _files(_archive_dir) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Literal, get_args
 
 from .errors import ConfigurationError
 
@@ -28,6 +29,9 @@ _SECRET_PARAMETER = re.compile(
 )
 STATE_DIR_ENV = "OPENSQUILLA_STATE_DIR"
 ARCHIVE_DIR_ENV = "OPENSQUILLA_SESSION_ARCHIVE_DIR"
+ARCHIVE_STORE_ENV = "OPENSQUILLA_SESSION_ARCHIVE_STORE"
+ArchiveStore = Literal["files", "database"]
+ARCHIVE_STORES: tuple[ArchiveStore, ...] = get_args(ArchiveStore)
 
 
 def opensquilla_home() -> Path:
@@ -43,13 +47,30 @@ def default_database_path() -> Path:
     return opensquilla_home() / "sessions.db"
 
 
-def archive_directory() -> Path:
-    """Where reset archives go: ``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, else the home's
-    ``session-archive`` directory."""
+def archive_directory(setting: str | os.PathLike[str] | None = None) -> Path:
+    """Where reset archives go: ``setting`` (a storage's ``archive_dir``, ``~`` expanded),
+    else ``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, else the home's ``session-archive``."""
+    if setting is not None:
+        return Path(setting).expanduser()
     configured = os.environ.get(ARCHIVE_DIR_ENV, "").strip()
     if configured:
         return Path(configured).expanduser()
     return opensquilla_home() / "session-archive"
+
+
+def archive_store(setting: str | None = None) -> ArchiveStore:
+    """Where reset archives go: ``setting`` (a storage's ``archive_store``), else
+    ``$OPENSQUILLA_SESSION_ARCHIVE_STORE`` (trimmed, any case), else ``files``; one of
+    :data:`ARCHIVE_STORES`, anything else refused naming where it came from."""
+    given_as, value = "archive_store", setting
+    if setting is None:
+        given_as, value = f"${ARCHIVE_STORE_ENV}", os.environ.get(ARCHIVE_STORE_ENV, "").strip()
+        value = value.lower() or "files"
+    if value not in ARCHIVE_STORES:
+        raise ConfigurationError(
+            f"{given_as} must be one of {', '.join(ARCHIVE_STORES)}, not {value!r}"[:200]
+        )
+    return value
 
 
 def resolve_dsn(explicit: str | None = None, *, given_as: str = "the DSN") -> str:

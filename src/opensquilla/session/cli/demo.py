@@ -264,13 +264,16 @@ async def run_demo(
             f"at epoch {reset.session.epoch}",
             f"old generation archived to {reset.archive_path}"
             if reset.archive_path
-            else "no archive file was written",
+            else f"old generation archived to row {reset.archive_id} of session_archives"
+            if reset.archive_id is not None
+            else "no archive was written",
             f"the key now holds {len(after)} messages",
         ],
         previous_session_id=reset.previous_session_id,
         session_id=reset.session.session_id,
         epoch=reset.session.epoch,
         archive_path=str(reset.archive_path) if reset.archive_path else None,
+        archive_id=reset.archive_id,
     )
     return report
 

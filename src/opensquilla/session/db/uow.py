@@ -2,8 +2,8 @@
 
 ``async with uow.write() as tx:`` gives a :class:`Transaction` whose repositories
 (``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states``, ``tx.overview``,
-``tx.rows``, ``tx.search``, ``tx.leases``) all run on that one connection; repositories
-never commit, the unit of work does. A use case opens the unit of work it needs and
+``tx.rows``, ``tx.search``, ``tx.leases``, ``tx.archives``) all run on that one connection;
+repositories never commit, the unit of work does. A use case opens the unit of work it needs and
 decides what it holds.
 
 * ``write()``: all-or-nothing; every statement inside commits together or not at all. On
@@ -37,6 +37,7 @@ from .repos.compaction_leases import LeaseRepository
 from .repos.context_states import ContextStateRepository
 from .repos.overview import OverviewRepository
 from .repos.search import SearchRepository
+from .repos.session_archives import ArchiveRepository
 from .repos.sessions import SessionRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
@@ -47,6 +48,7 @@ class Transaction:
     """The repositories of one unit of work, bound to its connection."""
 
     __slots__ = (
+        "archives",
         "leases",
         "overview",
         "rows",
@@ -66,6 +68,7 @@ class Transaction:
         self.rows = TransferRepository(conn)
         self.search = SearchRepository(conn)
         self.leases = LeaseRepository(conn)
+        self.archives = ArchiveRepository(conn)
 
 
 class UnitOfWork:

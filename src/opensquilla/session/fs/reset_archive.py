@@ -4,8 +4,10 @@ One JSON file per reset, owner-only (0600) in an owner-only (0700) directory wha
 umask. It is written and fsynced under a temporary name inside the reset transaction,
 before anything is deleted, and renamed into place only once the reset has committed; a
 reset that rolls back removes it. The directory is
-``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, resolved at each reset, else the opensquilla home's
-``session-archive``.
+the storage's ``archive_dir``, else ``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, else the opensquilla
+home's ``session-archive``, resolved at each reset (``SessionStorage.archive_directory()``).
+Each file name ends with the tag of the store that wrote it (:func:`store_tag`), so that a
+directory several stores share tells their archives apart (:func:`published_archives`).
 
 A process that stops between a reset's COMMIT and that rename leaves the only copy of the
 old generation under the hidden name; the store's next start settles it
@@ -34,7 +36,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ..config import archive_directory
 from ..models import GenerationSnapshot
 from ..support.jsontext import strict_json
 from .files import CAN_LOCK, StagedFile, lock_staged, stage_file, write_private_file
@@ -43,6 +44,7 @@ from .files import CAN_LOCK, StagedFile, lock_staged, stage_file, write_private_
 log = logging.getLogger("opensquilla.session.archive")
 
 ARCHIVE_SCHEMA_VERSION = 1
+RESET_REASON = "reset_same_key"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -52,14 +54,51 @@ def safe_name_part(value: str) -> str:
     return _UNSAFE.sub("-", value).strip("-")[:64] or "session"
 
 
-def archive_file_name(session_key: str, session_id: str, now_ms: int) -> str:
-    """``<now_ms>-<safe key>-<safe session id>-<uuid4, 32 hex>.json``: under 255 bytes
-    whatever the key (its staged name too), and never the same twice, even within one
+def archive_file_name(session_key: str, session_id: str, now_ms: int, tag: str) -> str:
+    """``<now_ms>-<safe key>-<safe session id>-<uuid4, 32 hex>.<store tag>.json``: under 255
+    bytes whatever the key (its staged name too), and never the same twice, even within one
     millisecond. The document inside keeps the full key."""
     return (
         f"{now_ms}-{safe_name_part(session_key)}-{safe_name_part(session_id)}-"
-        f"{uuid.uuid4().hex}.json"
+        f"{uuid.uuid4().hex}.{tag}.json"
     )
+
+
+# The store tag of a published archive's name; names without one are from older releases.
+_PUBLISHED = re.compile(r"-[0-9a-f]{32}(?:\.(?P<tag>[0-9a-f]{8}))?\.json$")
+
+
+@dataclass(frozen=True)
+class PublishedArchives:
+    """The published archive files of a directory: this store's, and the others'."""
+
+    files: int = 0
+    size: int = 0  # bytes
+    other_files: int = 0  # another store's, or untagged (written by an older release)
+
+
+def published_archives(directory: Path, tag: str) -> PublishedArchives:
+    """Count the archive files of the store ``tag`` in ``directory`` (and the rest)."""
+    files = size = others = 0
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return PublishedArchives()
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.name.endswith(".json"):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            length = entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+        match = _PUBLISHED.search(entry.name)
+        if match is not None and match.group("tag") == tag:
+            files, size = files + 1, size + length
+        else:
+            others += 1
+    return PublishedArchives(files, size, others)
 
 
 def _fields(record: BaseModel) -> dict[str, Any]:
@@ -83,21 +122,31 @@ def archive_document(snapshot: GenerationSnapshot, *, reason: str, now_ms: int) 
     }
 
 
+def archivable(snapshot: GenerationSnapshot) -> bool:
+    """Whether the generation holds anything to archive (a transcript row or a summary)."""
+    return bool(snapshot.transcript or snapshot.summaries)
+
+
+def document_text(document: dict[str, Any]) -> str:
+    """Indented, strict JSON (``jsontext``): never a bare ``NaN``, every control character
+    escaped, and no depth limit, so that nothing the database holds is ever unarchivable."""
+    return strict_json(document)
+
+
 def encode_document(document: dict[str, Any]) -> bytes:
-    """Indented, strict UTF-8 JSON (``jsontext``): never a bare ``NaN``, and no depth
-    limit, so that nothing the database holds is ever unarchivable."""
-    return strict_json(document).encode("utf-8")
+    """:func:`document_text` in UTF-8, as the file holds it."""
+    return document_text(document).encode("utf-8")
 
 
 def _prepare(
-    snapshot: GenerationSnapshot, now_ms: int, reason: str
+    snapshot: GenerationSnapshot, now_ms: int, reason: str, tag: str
 ) -> tuple[str, dict[str, Any]] | None:
     """The file name and document of ``snapshot``'s archive; ``None`` when it held nothing."""
-    if not snapshot.transcript and not snapshot.summaries:
+    if not archivable(snapshot):
         return None
     session = snapshot.session
     return (
-        archive_file_name(session.session_key, session.session_id, now_ms),
+        archive_file_name(session.session_key, session.session_id, now_ms, tag),
         archive_document(snapshot, reason=reason, now_ms=now_ms),
     )
 
@@ -106,11 +155,10 @@ def _write(directory: Path, name: str, document: dict[str, Any]) -> Path:
     return write_private_file(directory, name, encode_document(document))
 
 
-def _stage(directory: Path, name: str, document: dict[str, Any], tag: str | None) -> StagedFile:
+def _stage(directory: Path, name: str, document: dict[str, Any], tag: str) -> StagedFile:
     # On a worker thread: a fresh stack for the encoder, and the event loop stays free.
     staged = stage_file(directory, name, encode_document(document))
-    if tag is not None:
-        staged.label(tag)
+    staged.label(tag)
     return staged
 
 
@@ -122,24 +170,24 @@ def _discard_when_done(staging: asyncio.Future[StagedFile]) -> None:
 async def stage_reset_archive(
     snapshot: GenerationSnapshot,
     *,
+    directory: Path,
     now_ms: int,
-    reason: str = "reset_same_key",
-    store_tag: str | None = None,
+    store_tag: str,
+    reason: str = RESET_REASON,
 ) -> StagedFile | None:
-    """Write the archive of ``snapshot`` under a temporary name (fsynced, owner-only);
-    ``None`` when the generation held nothing. Publish it once the reset has committed.
+    """Write the archive of ``snapshot`` in ``directory`` under a temporary name (fsynced,
+    owner-only); ``None`` when the generation held nothing. Publish it once the reset has
+    committed.
 
-    ``store_tag`` (:func:`store_tag`) names the database the reset runs on; the temporary
-    name carries it, so that after a crash only that database's next start settles the
-    file (the published name is the same either way).
+    ``store_tag`` (:func:`store_tag`) names the database the reset runs on; both names carry
+    it: the temporary one, so that after a crash only that database's next start settles the
+    file, and the published one, so that ``stats`` counts only that database's archives.
     """
-    prepared = _prepare(snapshot, now_ms, reason)
+    prepared = _prepare(snapshot, now_ms, reason, store_tag)
     if prepared is None:
         return None
     name, document = prepared
-    staging = asyncio.ensure_future(
-        asyncio.to_thread(_stage, archive_directory(), name, document, store_tag)
-    )
+    staging = asyncio.ensure_future(asyncio.to_thread(_stage, directory, name, document, store_tag))
     try:
         return await asyncio.shield(staging)
     except BaseException:
@@ -150,16 +198,22 @@ async def stage_reset_archive(
 
 
 async def write_archive(
-    snapshot: GenerationSnapshot, *, now_ms: int, reason: str = "reset_same_key"
+    snapshot: GenerationSnapshot,
+    *,
+    directory: Path,
+    now_ms: int,
+    store_tag: str,
+    reason: str = RESET_REASON,
 ) -> Path | None:
-    """Write the archive of ``snapshot`` and publish it at once (staged, fsynced, renamed,
-    directory fsynced); ``None`` when the generation held nothing. Any failure removes the
-    temporary file and raises. Cancelled, the write still completes on its thread."""
-    prepared = _prepare(snapshot, now_ms, reason)
+    """Write the archive of ``snapshot`` in ``directory`` and publish it at once (staged,
+    fsynced, renamed, directory fsynced); ``None`` when the generation held nothing. Any
+    failure removes the temporary file and raises. Cancelled, the write still completes on
+    its thread."""
+    prepared = _prepare(snapshot, now_ms, reason, store_tag)
     if prepared is None:
         return None
     name, document = prepared
-    return await asyncio.to_thread(_write, archive_directory(), name, document)
+    return await asyncio.to_thread(_write, directory, name, document)
 
 
 # -- recovery: archives a crash left staged -----------------------------------------------

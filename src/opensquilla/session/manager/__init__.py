@@ -423,7 +423,8 @@ class SessionManager(TranscriptCalls, ArchiveCalls):
         return await overview.archive_report(self._storage)
 
     async def stats(self) -> StoreStats:
-        """Row counts of the whole store, plus the reset archive files on this machine."""
+        """Row counts of the whole store, plus its reset archives: this store's files in the
+        archive directory on this machine, and its ``session_archives`` rows."""
         return await overview.collect_stats(self._storage)
 
     async def get_compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:

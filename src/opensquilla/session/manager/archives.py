@@ -8,8 +8,9 @@ A part of :class:`SessionManager`, kept apart by job; one-line delegations to ``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from ..models import SessionNode, SessionSummary, TranscriptEntry
+from ..models import SessionNode, SessionSummary, StoredArchive, TranscriptEntry
 from ..storage import SessionStorage
 from ..usecases import session_archive
 
@@ -32,9 +33,22 @@ class ArchiveCalls:
         entries: Sequence[TranscriptEntry],
         summaries: Sequence[SessionSummary],
     ) -> None:
-        """Write the archive file a reset writes, for ``node`` with ``entries`` and
-        ``summaries`` (nothing if both are empty), to the archive directory resolved now
-        (docs/semantics.md#reset-archive): staged owner-only, fsynced, renamed into place,
-        the directory fsynced. Any failure removes the temporary file and raises; two
-        calls never write the same file."""
-        await session_archive.write_session_archive(node, entries, summaries)
+        """Write the archive a reset writes, for ``node`` with ``entries`` and ``summaries``
+        (nothing if both are empty), where the storage keeps archives
+        (docs/semantics.md#reset-archive): a file in the archive directory resolved now,
+        staged owner-only, fsynced, renamed into place, the directory fsynced (any failure
+        removes the temporary file and raises; two calls never write the same file); or,
+        with ``archive_store="database"``, a row of ``session_archives``."""
+        await session_archive.write_session_archive(self._storage, node, entries, summaries)
+
+    async def list_session_archives(
+        self, session_key: str | None = None, *, limit: int | None = None
+    ) -> list[StoredArchive]:
+        """The reset archives kept in the database (``archive_store="database"``), oldest
+        first: all, or those of ``session_key``'s generations; at most ``limit``."""
+        return await self._storage.list_session_archives(session_key, limit=limit)
+
+    async def read_session_archive(self, archive_id: int) -> dict[str, Any] | None:
+        """The document of one archive kept in the database (the JSON an archive file
+        holds), or ``None``."""
+        return await self._storage.read_session_archive(archive_id)

@@ -16,6 +16,7 @@ Everything is imported from here, ``opensquilla.session.models``, as it was befo
 
 from __future__ import annotations
 
+from .archives import StoredArchive as StoredArchive
 from .checks import COMPACTION_ID_MAX_LENGTH as COMPACTION_ID_MAX_LENGTH
 from .checks import INT32_MAX as INT32_MAX
 from .checks import INT32_MIN as INT32_MIN
@@ -98,5 +99,6 @@ __all__ = [
     "SessionNode",
     "SessionStatus",
     "SessionSummary",
+    "StoredArchive",
     "TranscriptEntry",
 ]

@@ -79,12 +79,15 @@ class StoreCounts:
 
 @dataclass(frozen=True)
 class ResetReport:
-    """A reset and where the old generation went (``archive_path`` is ``None`` when it held
-    nothing to archive, or when the archive could not be written: the reset goes on)."""
+    """A reset and where the old generation went: ``archive_path``, its archive file, or
+    with ``archive_store="database"``, ``archive_id``, its ``session_archives`` row; both
+    ``None`` when it held nothing to archive, or when the archive could not be written (the
+    reset goes on)."""
 
     session: SessionNode
     previous_session_id: str
     archive_path: Path | None
+    archive_id: int | None = None
 
 
 __all__ = [

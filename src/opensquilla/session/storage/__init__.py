@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..errors import StaleEpochError
 from ..observe import instrumented
+from .archives import ArchiveRowOperations
 from .history import HistoryRowOperations
 from .leases import CompactionLeaseOperations
 from .lifecycle import StorageLifecycle, StorageNotConnectedError
@@ -33,6 +34,7 @@ class SessionStorage(
     HistoryRowOperations,
     SearchOperations,
     CompactionLeaseOperations,
+    ArchiveRowOperations,
     StorageLifecycle,
 ):
     """The durable store: SQLite (``":memory:"``, a path) or PostgreSQL (a URL).

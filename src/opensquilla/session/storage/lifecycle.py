@@ -1,15 +1,27 @@
 """The storage's engine lifecycle: settings, connect (migrating to head), the unit-of-work
-factory, close, and settling reset archives a stopped process left staged."""
+factory, close, and settling reset archives a stopped process left staged.
+
+Where reset archives go is a storage setting, since ``stats`` reads it from the storage:
+``archive_store="files"`` writes them to ``archive_dir``, else
+``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, else ``<opensquilla home>/session-archive`` (the
+latter two resolved at each use); ``archive_store="database"`` keeps them in the
+database's ``session_archives`` table (docs/semantics.md#reset-archive). Unset,
+``archive_store`` is ``$OPENSQUILLA_SESSION_ARCHIVE_STORE``, else ``files``, read when the
+storage is created.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import uuid
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, Unpack, get_args
 
-from ..config import archive_directory
+from ..config import ArchiveStore, archive_directory
+from ..config import archive_store as configured_archive_store
 from ..db import migrate
 from ..db.dsn import StorageTarget, parse_target, with_schema
 from ..db.engine import (
@@ -51,6 +63,8 @@ class StorageLifecycle:
         sqlite_synchronous: SqliteSynchronous = "FULL",
         create: bool = True,
         schema: str | None = None,
+        archive_store: ArchiveStore | None = None,
+        archive_dir: str | os.PathLike[str] | None = None,
         **engine_options: Unpack[EngineOptions],
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
@@ -86,6 +100,18 @@ class StorageLifecycle:
         self._engine_options = check_engine_options(
             engine_options, backend=self._target.backend, memory=self._target.memory
         )
+        if archive_dir is not None and (
+            not isinstance(archive_dir, str | os.PathLike) or not str(archive_dir).strip()
+        ):
+            raise ConfigurationError(
+                "archive_dir must be a directory path or None (then "
+                "$OPENSQUILLA_SESSION_ARCHIVE_DIR, else <opensquilla home>/session-archive), "
+                f"not {archive_dir!r}"[:200]
+            )
+        self._archive_store = configured_archive_store(archive_store)
+        self._archive_dir = archive_dir
+        # A :memory: database has no lasting name: its archives carry one of their own.
+        self._memory_tag = uuid.uuid4().hex[:8]
         self._db: UnitOfWork | None = None
         self._recovered: tuple[RecoveredArchive, ...] = ()
 
@@ -176,11 +202,24 @@ class StorageLifecycle:
             self._db = UnitOfWork(self._new_engine(), self._target)
 
     @property
-    def archive_store_tag(self) -> str | None:
-        """The name reset archives of this database carry (``None`` for ``:memory:``,
-        whose archives no later start could settle)."""
+    def archive_store(self) -> ArchiveStore:
+        """Where reset archives go: ``"files"`` (:meth:`archive_directory`) or
+        ``"database"`` (the ``session_archives`` table)."""
+        return self._archive_store
+
+    def archive_directory(self) -> Path:
+        """The directory of archive files, resolved now: the ``archive_dir`` setting, else
+        ``$OPENSQUILLA_SESSION_ARCHIVE_DIR``, else ``<opensquilla home>/session-archive``."""
+        return archive_directory(self._archive_dir)
+
+    @property
+    def archive_store_tag(self) -> str:
+        """The name the reset archive files of this database carry: 8 hex of a hash of its
+        file's path, or of its server, port and database name (never the user or the
+        password); for ``:memory:``, one drawn for this storage (no later start settles
+        its files)."""
         if self._target.memory:
-            return None
+            return self._memory_tag
         if self._target.path is not None:
             identity = f"sqlite:{self._target.path.resolve()}"
         else:
@@ -199,9 +238,9 @@ class StorageLifecycle:
         """Publish (or discard) the reset archives a stopped process left staged for this
         database (``fs.reset_archive.recover_staged_archives``). Never fails the start: a problem
         is logged, and the files stay for ``stats`` to report."""
-        tag = self.archive_store_tag
-        if tag is None:
+        if self._target.memory:
             return
+        tag, directory = self.archive_store_tag, self.archive_directory()
 
         async def current_generation(key: str) -> str | None:
             async with self.uow.read() as tx:
@@ -210,12 +249,12 @@ class StorageLifecycle:
 
         try:
             self._recovered = tuple(
-                await recover_staged_archives(archive_directory(), tag, current_generation)
+                await recover_staged_archives(directory, tag, current_generation)
             )
         except Exception:
             log.warning(
                 "could not settle the reset archives left staged in %s",
-                archive_directory(),
+                directory,
                 exc_info=True,
                 extra={"operation": "recover_archives"},
             )

@@ -13,11 +13,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import archive_directory
 from ..db import migrate
 from ..db.migrate import RevisionInfo as RevisionInfo
 from ..errors import MigrationError
-from ..fs.reset_archive import RecoveredArchive, StagedArchive, staged_archives
+from ..fs.reset_archive import (
+    RecoveredArchive,
+    StagedArchive,
+    published_archives,
+    staged_archives,
+)
 from ..models.reports import StoreCounts
 from ..storage import SessionStorage
 
@@ -142,33 +146,47 @@ class ArchiveReport:
 
 @dataclass(frozen=True)
 class StoreStats:
+    """Row counts, and this store's reset archives: its files in ``reset_archive_directory``
+    (``other_reset_archive_files``: the files there of other stores, or of older releases,
+    which did not name their store) and its rows of ``session_archives``
+    (``archive_store="database"``). ``reset_archive_store`` says where new ones go."""
+
     counts: StoreCounts
     reset_archive_directory: Path
     reset_archive_files: int
     reset_archive_bytes: int
     archives: ArchiveReport = ArchiveReport()
-
-
-def _archive_files(directory: Path) -> tuple[int, int]:
-    if not directory.is_dir():
-        return 0, 0
-    sizes = [path.stat().st_size for path in directory.glob("*.json") if path.is_file()]
-    return len(sizes), sum(sizes)
+    reset_archive_store: str = "files"
+    other_reset_archive_files: int = 0
+    reset_archive_rows: int = 0
+    reset_archive_row_bytes: int = 0
 
 
 async def archive_report(storage: SessionStorage) -> ArchiveReport:
     """The reset archives of :class:`ArchiveReport` (for ``stats`` and ``repair list``)."""
-    staged = await asyncio.to_thread(staged_archives, archive_directory())
+    staged = await asyncio.to_thread(staged_archives, storage.archive_directory())
     return ArchiveReport(tuple(staged), storage.recovered_archives, storage.archive_store_tag)
 
 
 async def collect_stats(storage: SessionStorage) -> StoreStats:
-    """Row counts of the store, plus the reset archive files on this machine."""
+    """Row counts of the store, plus its reset archives: its files in the archive directory
+    on this machine, and its ``session_archives`` rows."""
     async with storage.uow.snapshot() as tx:
         counts = await tx.overview.store_counts()
-    directory = archive_directory()
-    files, size = await asyncio.to_thread(_archive_files, directory)
-    return StoreStats(counts, directory, files, size, await archive_report(storage))
+        rows, row_bytes = await tx.archives.totals()
+    directory = storage.archive_directory()
+    found = await asyncio.to_thread(published_archives, directory, storage.archive_store_tag)
+    return StoreStats(
+        counts,
+        directory,
+        found.files,
+        found.size,
+        await archive_report(storage),
+        storage.archive_store,
+        found.other_files,
+        rows,
+        row_bytes,
+    )
 
 
 def revision_history() -> list[RevisionInfo]:

@@ -1,5 +1,5 @@
-"""Reset: a new generation of a session key, with the old one archived to a file
-(docs/semantics.md#reset and #reset-archive).
+"""Reset: a new generation of a session key, with the old one archived to a file, or to a
+row of ``session_archives`` (docs/semantics.md#reset and #reset-archive).
 
 One write transaction, guarded by compare-and-set on key, session id and epoch: the epoch
 bump, identity rotation and counter reset, deletion of the old generation's transcript,
@@ -14,19 +14,24 @@ written is an :class:`ArchiveWriteError` that rolls the reset back, and the file
 into place inside the transaction, as its last step, so that a failed rename rolls it back
 too; a COMMIT that then fails removes the published file again when the row shows the old
 generation.
+
+With ``SessionStorage(..., archive_store="database")`` the archive is a row inserted in the
+reset transaction itself, before anything is deleted: it commits with the reset or not at
+all, so there is nothing to stage, publish or settle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..db.generations import generation_guard
 from ..db.uow import Transaction
 from ..errors import ArchiveWriteError, SessionNotFoundError, StaleEpochError
 from ..fs.files import StagedFile
-from ..fs.reset_archive import stage_reset_archive
+from ..fs.reset_archive import archivable, stage_reset_archive
 from ..keys import canonicalize_session_key
 from ..models import (
     CANONICAL_FORK_PROOF_SCHEMA_VERSION,
@@ -41,13 +46,22 @@ from ..models.reports import DeletionPreview, ResetReport
 from ..storage import SessionStorage
 from ..support.clock import new_session_id, now_ms
 from .generations import GenerationCache
-from .session_archive import read_generation
+from .session_archive import archive_text, insert_archive, read_generation
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.manager")
 
 _SETTLE_READS = 3
 _RESET_ATTEMPTS = 5
+
+
+@dataclass
+class ResetArchive:
+    """Where the reset transaction put the old generation's archive: a staged file (for the
+    caller to publish or settle), or the id of its ``session_archives`` row."""
+
+    staged: list[StagedFile] = field(default_factory=list)
+    stored_id: int | None = None
 
 
 def reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
@@ -86,15 +100,16 @@ async def start_generation(
     expected_epoch: int,
     new_session_id: str,
     now: int,
-    staged: list[StagedFile] | None = None,
+    archive: ResetArchive | None = None,
     archive_required: bool = False,
 ) -> SessionNode:
     """The reset transaction: compare-and-set on key, session id and epoch
     (``StaleEpochError`` if another writer got there first), then the new generation.
 
-    With ``staged``, the old generation (as this transaction sees it, so exactly what is
-    deleted) is first written to an archive file under a temporary name, which is appended
-    to ``staged`` before anything is deleted: the caller publishes or settles it. With
+    With ``archive``, the old generation (as this transaction sees it, so exactly what is
+    deleted) is archived before anything is deleted: in the database store as a row of
+    this transaction (``archive.stored_id``); else as a file under a temporary name,
+    appended to ``archive.staged``, which the caller publishes or settles. With
     ``archive_required`` too, a failed write raises :class:`ArchiveWriteError` (nothing
     changes) and the file is published before the COMMIT (the caller settles it if the
     COMMIT fails).
@@ -129,48 +144,82 @@ async def start_generation(
             )
         renewed = await tx.sessions.update_fields(key, values)
         assert renewed is not None
-        if staged is not None:
-            file = await _stage_archive(
-                tx, current, storage.archive_store_tag, required=archive_required
-            )
-            if file is not None:
-                staged.append(file)
+        if archive is not None:
+            snapshot = await _old_generation(tx, current)
+            if storage.archive_store == "database":
+                archive.stored_id = await _store_archive(tx, snapshot, required=archive_required)
+            else:
+                file = await _stage_archive(storage, snapshot, required=archive_required)
+                if file is not None:
+                    archive.staged.append(file)
         await tx.transcript.delete_all(old_id)
         await tx.summaries.delete_for_session(old_id)
         await tx.states.invalidate(key, reason="session_reset")
-        if archive_required and staged:
-            await _publish_required(staged, current)
+        if archive_required and archive is not None and archive.staged:
+            await _publish_required(archive.staged, current)
     return renewed
 
 
-async def _stage_archive(
-    tx: Transaction, old: SessionNode, tag: str | None, *, required: bool
-) -> StagedFile | None:
-    """Write the old generation, as this transaction sees it, under a temporary name; a
-    failure is logged and the reset goes on, or, if ``required``, refuses the reset."""
+async def _old_generation(tx: Transaction, old: SessionNode) -> GenerationSnapshot:
+    """The old generation as this transaction sees it (so exactly what is deleted), its
+    row with the bumped epoch."""
     transcript, summaries = await read_generation(tx, old.session_id)
-    snapshot = GenerationSnapshot(
+    return GenerationSnapshot(
         session=old.model_copy(update={"epoch": old.epoch + 1}),
         transcript=transcript,
         summaries=summaries,
     )
+
+
+def _archive_failed(exc: Exception, old: SessionNode, *, required: bool) -> None:
+    """A failed archive write is logged and the reset goes on, or, if ``required``, it
+    refuses the reset."""
+    if required:
+        raise ArchiveWriteError(
+            f"reset of {old.session_key} refused: the archive of its generation "
+            f"{old.session_id} could not be written ({type(exc).__name__}: {exc}); "
+            "nothing was changed"
+        ) from exc
+    log.warning(
+        "reset archive for %s (%s) could not be written; the reset goes on",
+        old.session_key,
+        old.session_id,
+        exc_info=True,
+        extra={"session_key": old.session_key, "operation": "reset"},
+    )
+
+
+async def _stage_archive(
+    storage: SessionStorage, snapshot: GenerationSnapshot, *, required: bool
+) -> StagedFile | None:
+    """Write the old generation under a temporary name (see :func:`_archive_failed`)."""
     try:
-        return await stage_reset_archive(snapshot, now_ms=now_ms(), store_tag=tag)
-    except Exception as exc:
-        if required:
-            raise ArchiveWriteError(
-                f"reset of {old.session_key} refused: the archive of its generation "
-                f"{old.session_id} could not be written ({type(exc).__name__}: {exc}); "
-                "nothing was changed"
-            ) from exc
-        log.warning(
-            "reset archive for %s (%s) could not be written; the reset goes on",
-            old.session_key,
-            old.session_id,
-            exc_info=True,
-            extra={"session_key": old.session_key, "operation": "reset"},
+        return await stage_reset_archive(
+            snapshot,
+            directory=storage.archive_directory(),
+            now_ms=now_ms(),
+            store_tag=storage.archive_store_tag,
         )
+    except Exception as exc:
+        _archive_failed(exc, snapshot.session, required=required)
         return None
+
+
+async def _store_archive(
+    tx: Transaction, snapshot: GenerationSnapshot, *, required: bool
+) -> int | None:
+    """Insert the old generation's archive in this transaction; ``None`` when it held
+    nothing, or when its document could not be encoded (see :func:`_archive_failed`). A
+    failed INSERT is the transaction's failure: the reset rolls back with it."""
+    if not archivable(snapshot):
+        return None
+    now = now_ms()
+    try:
+        text = await archive_text(snapshot, now)
+    except Exception as exc:
+        _archive_failed(exc, snapshot.session, required=required)
+        return None
+    return await insert_archive(tx, snapshot, text, now)
 
 
 async def _publish_required(staged: list[StagedFile], old: SessionNode) -> None:
@@ -207,7 +256,8 @@ class Resets:
         key = canonicalize_session_key(session_key)
         for _ in range(_RESET_ATTEMPTS):
             node = await self._generations.require(key)
-            staged: list[StagedFile] = []
+            archive = ResetArchive()
+            staged = archive.staged
             renewed_id = new_session_id()
             try:
                 renewed = await start_generation(
@@ -217,7 +267,7 @@ class Resets:
                     expected_epoch=node.epoch,
                     new_session_id=renewed_id,
                     now=now_ms(),
-                    staged=staged,
+                    archive=archive,
                     archive_required=self._archive_required,
                 )
             except BaseException as exc:
@@ -229,7 +279,9 @@ class Resets:
             path = None
             for file in staged:
                 path = await _publish_archive(file, key)
-            return ResetReport(self._generations.remember(renewed), node.session_id, path)
+            return ResetReport(
+                self._generations.remember(renewed), node.session_id, path, archive.stored_id
+            )
         raise StaleEpochError(f"reset of {key} kept racing other writers; not applied")
 
     async def _settle_archive(

@@ -1,16 +1,24 @@
 """A generation's archive as two steps a runtime can call itself (upstream HEAD's
 ``capture_session_archive`` and ``write_session_archive``): read what a reset would archive,
-then write the file. A reset does both inside its transaction (``usecases/reset.py``); the
-file is the same (docs/semantics.md#reset-archive).
+then write the file (or, with ``archive_store="database"``, the ``session_archives`` row). A
+reset does both inside its transaction (``usecases/reset.py``); the archive is the same
+(docs/semantics.md#reset-archive).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..db.uow import Transaction
-from ..fs.reset_archive import write_archive
+from ..fs.reset_archive import (
+    RESET_REASON,
+    archivable,
+    archive_document,
+    document_text,
+    write_archive,
+)
 from ..models import GenerationSnapshot, SessionNode, SessionSummary, TranscriptEntry
 from ..storage import SessionStorage
 from ..support.clock import now_ms
@@ -33,12 +41,46 @@ async def capture_session_archive(storage: SessionStorage, node: SessionNode) ->
         return await read_generation(tx, node.session_id)
 
 
+async def archive_text(snapshot: GenerationSnapshot, now: int) -> str:
+    """The archive document of ``snapshot`` as the file would hold it (encoded on a worker
+    thread: a fresh stack for the encoder, and the event loop stays free)."""
+    document = archive_document(snapshot, reason=RESET_REASON, now_ms=now)
+    return await asyncio.to_thread(document_text, document)
+
+
+async def insert_archive(tx: Transaction, snapshot: GenerationSnapshot, text: str, now: int) -> int:
+    """Keep ``snapshot``'s archive ``text`` as a ``session_archives`` row of ``tx``; its id."""
+    session = snapshot.session
+    return await tx.archives.add(
+        session_key=session.session_key,
+        session_id=session.session_id,
+        epoch=session.epoch,
+        reason=RESET_REASON,
+        created_at=now,
+        document=text,
+    )
+
+
 async def write_session_archive(
+    storage: SessionStorage,
     node: SessionNode,
     entries: Sequence[TranscriptEntry],
     summaries: Sequence[SessionSummary],
-) -> Path | None:
-    """Write the archive file of ``node`` with ``entries`` and ``summaries``; nothing (and
-    ``None``) when both are empty. Any failure removes the temporary file and raises."""
+) -> Path | int | None:
+    """Write the archive of ``node`` with ``entries`` and ``summaries`` where ``storage``
+    keeps archives: the file (any failure removes the temporary file and raises), or the id
+    of the ``session_archives`` row. Nothing (and ``None``) when both are empty."""
     snapshot = GenerationSnapshot(session=node, transcript=list(entries), summaries=list(summaries))
-    return await write_archive(snapshot, now_ms=now_ms())
+    now = now_ms()
+    if storage.archive_store == "files":
+        return await write_archive(
+            snapshot,
+            directory=storage.archive_directory(),
+            now_ms=now,
+            store_tag=storage.archive_store_tag,
+        )
+    if not archivable(snapshot):
+        return None
+    text = await archive_text(snapshot, now)
+    async with storage.uow.write() as tx:
+        return await insert_archive(tx, snapshot, text, now)

@@ -59,9 +59,11 @@ def _print_reset(report: ResetReport) -> None:
         f"{field(report.previous_session_id)} -> {field(report.session.session_id)} "
         f"(epoch {field(report.session.epoch)})"
     )
-    out.print(
-        f"archive: {visible(path, None, one_line=True) if path else 'none (nothing to archive)'}"
-    )
+    if report.archive_id is not None:
+        out.print(f"archive: row {report.archive_id} of session_archives (in the database)")
+    else:
+        shown = visible(path, None, one_line=True) if path else "none (nothing to archive)"
+        out.print(f"archive: {shown}")
 
 
 def _print_truncation(result: dict[str, Any]) -> None:
@@ -98,6 +100,7 @@ RESET: View[ResetReport] = View(
         "session_id": report.session.session_id,
         "epoch": report.session.epoch,
         "archive_path": _archive_path(report),
+        "archive_id": report.archive_id,
     },
     _print_reset,
 )

@@ -23,9 +23,15 @@ def _stats_data(result: StoreStats) -> dict[str, Any]:
         "degraded_queue": counts.degraded_queue,
         "context_states": {"total": counts.context_states, "valid": counts.valid_context_states},
         "reset_archives": {
+            "store": result.reset_archive_store,
             "directory": str(result.reset_archive_directory),
             "files": result.reset_archive_files,
             "bytes": result.reset_archive_bytes,
+            "other_files": result.other_reset_archive_files,
+            "database": {
+                "archives": result.reset_archive_rows,
+                "bytes": result.reset_archive_row_bytes,
+            },
             **result.archives.as_json(),
         },
     }
@@ -43,10 +49,17 @@ def _print_stats(result: StoreStats) -> None:
     )
     out.print(f"repair queue:      {counts.degraded_queue}")
     out.print(f"context states:    {counts.context_states} ({counts.valid_context_states} valid)")
+    others = result.other_reset_archive_files
     out.print(
         f"reset archives:    {result.reset_archive_files} file(s), "
         f"{result.reset_archive_bytes} bytes in "
         f"{visible(result.reset_archive_directory, None, one_line=True)}"
+        + (f" (and {others} file(s) of other stores or older releases)" if others else "")
+    )
+    where = "the database" if result.reset_archive_store == "database" else "files"
+    out.print(
+        f"                   {result.reset_archive_rows} in the database, "
+        f"{result.reset_archive_row_bytes} bytes (new ones go to {where})"
     )
     print_archives(result.archives)
 
