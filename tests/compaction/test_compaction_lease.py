@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 import pytest
+import sqlalchemy as sa
 
 from opensquilla.session import ConfigurationError, SessionManager, SessionStorage
 from opensquilla.session.compaction import CompactionConfig, CompactionResult
@@ -87,21 +88,24 @@ async def test_different_inputs_take_turns_and_the_later_one_plans_again(
 async def test_a_lease_whose_holder_stopped_renewing_it_lapses(
     managers: list[SessionManager], storage: SessionStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A worker that crashed mid-run leaves its lease; another worker waits for it to lapse,
-    then plans again and compacts."""
+    """A worker that crashed mid-run leaves its lease; another worker waits for it until it
+    lapses (here: its expiry is moved into the past once the waiter is seen waiting, which
+    is what the clock would do), then plans again and compacts."""
     first, _, _ = managers
     caplog.set_level(logging.INFO, logger="opensquilla.session.compactor")
     await seed(first)
-    assert await storage.acquire_compaction_lease(KEY, "sid", "crashed-run", "gone", 300)
+    assert await storage.acquire_compaction_lease(KEY, "sid", "crashed-run", "gone", 600_000)
     summarizer = BlockingSummarizer()
     summarizer.gate.set()
-    result = await asyncio.wait_for(
-        first.compact_with_result(
-            KEY, WINDOW, CompactionConfig(lease_seconds=0.3), summarizer=summarizer
-        ),
-        WAIT,
+    waiter = asyncio.create_task(
+        first.compact_with_result(KEY, WINDOW, LEASED, summarizer=summarizer)
     )
-    assert _waiting(caplog)()
+    await until(_waiting(caplog))
+    assert not waiter.done() and summarizer.calls == 0
+    async with storage.engine.begin() as conn:
+        await conn.execute(sa.text("UPDATE compaction_leases SET expires_at = 0"))
+
+    result = await asyncio.wait_for(waiter, WAIT)
     assert result.removed_count > 0 and result.skip_reason is None
     lease = await storage.read_compaction_lease(KEY)
     assert lease is not None and lease.state == "done" and lease.holder != "gone"
