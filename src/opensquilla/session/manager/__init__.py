@@ -3,8 +3,9 @@
 Each method is one use case from ``usecases/``, which opens the unit of work it needs; the
 manager holds the wiring (storage, the generation cache, the summariser, the append
 options) and no logic of its own. It never writes SQL. Its transcript calls are in
-``transcript.py`` (:class:`TranscriptCalls`), its reset-archive calls in ``archives.py``
-(:class:`ArchiveCalls`), the rest here.
+``transcript.py`` (:class:`TranscriptCalls`), its search calls in ``search.py``
+(:class:`SearchCalls`), its reset-archive calls in ``archives.py`` (:class:`ArchiveCalls`),
+the rest here.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from ..models import (
     TranscriptEntry,
 )
 from ..models.reports import DeletionPreview, ResetReport
-from ..models.search import RANK_WINDOW, SearchHit, SearchResults
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import context, overview, repair, retention, search
+from ..usecases import context, overview, repair, retention
 from ..usecases.compaction import Compactor
 from ..usecases.compaction_options import (
     CompactionOptions,
@@ -44,6 +44,7 @@ from ..usecases.overview import ArchiveReport, StoreStats
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
 from .archives import ArchiveCalls
+from .search import SearchCalls
 from .transcript import TranscriptCalls
 
 
@@ -54,7 +55,7 @@ from .transcript import TranscriptCalls
     system=lambda manager: manager.storage.backend,
     exclude=frozenset({"notify_message_appended"}),
 )
-class SessionManager(TranscriptCalls, ArchiveCalls):
+class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""
 
@@ -207,73 +208,6 @@ class SessionManager(TranscriptCalls, ArchiveCalls):
         await self._lifecycle.finish(session_key, SessionStatus.DONE)
 
     # -- summaries and context states --------------------------------------------------
-
-    # -- search (docs/search.md) ---------------------------------------------------------
-
-    async def search(
-        self,
-        query: str,
-        *,
-        session_key: str | None = None,
-        include_archived: bool = False,
-        limit: int = 20,
-    ) -> SearchResults:
-        """One search, the path chosen by the query: words (ranked) for ASCII, substrings
-        (newest first) for anything else. Sessions whose title fields match come first,
-        then at most one message hit per other session; with ``session_key``, only that
-        session's hits."""
-        return await search.search(
-            self._storage,
-            self._generations,
-            query,
-            session_key=session_key,
-            include_archived=include_archived,
-            limit=limit,
-        )
-
-    async def search_transcript(
-        self,
-        query: str,
-        *,
-        session_key: str | None = None,
-        include_archived: bool = False,
-        limit: int = 20,
-        rank_window: int | None = RANK_WINDOW,
-    ) -> list[SearchHit]:
-        """Messages holding every ASCII word of ``query``, best first (upstream's FTS
-        search; at most 20 terms)."""
-        return await search.words(
-            self._storage,
-            self._generations,
-            query,
-            session_key=session_key,
-            include_archived=include_archived,
-            limit=limit,
-            rank_window=rank_window,
-        )
-
-    async def search_transcript_like(
-        self,
-        query: str,
-        *,
-        session_key: str | None = None,
-        include_archived: bool = False,
-        limit: int = 20,
-    ) -> list[SearchHit]:
-        """Messages containing every term of ``query`` (CJK, any script; Unicode case
-        folded), newest first (upstream's LIKE search; at most 10 terms)."""
-        return await search.substrings(
-            self._storage,
-            self._generations,
-            query,
-            session_key=session_key,
-            include_archived=include_archived,
-            limit=limit,
-        )
-
-    async def search_sessions_by_title(self, query: str, *, limit: int = 20) -> list[SessionNode]:
-        """Sessions whose display name, derived title, subject or label hold every term."""
-        return await self._storage.search_sessions_by_title(query, limit)
 
     async def get_summaries(self, session_key: str) -> list[SessionSummary]:
         """The current generation's compaction summaries, oldest first."""
