@@ -155,10 +155,25 @@ def _mirror(source: type, *, skip: frozenset[str] = frozenset()) -> Callable[[ty
 
 
 class _Facade:
-    """What the generated methods need: the async object and the loop it lives on."""
+    """What the generated methods need: the async object and the loop it lives on; and the
+    context manager, closing on exit."""
 
     _async: Any
     _loop_thread: _LoopThread
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 # SessionStorage methods the sync storage does not mirror: its lifecycle is its own.
@@ -215,17 +230,6 @@ class SyncSessionStorage(_Facade):
     def __repr__(self) -> str:
         return f"Sync{self._async!r}"
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 @_mirror(SessionManager)
 class SyncSessionManager(_Facade):
@@ -265,17 +269,6 @@ class SyncSessionManager(_Facade):
         """Close the storage if this manager opened it; idempotent."""
         if self._owns_storage:
             self._storage.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 __all__ = ["SyncSessionManager", "SyncSessionStorage"]
