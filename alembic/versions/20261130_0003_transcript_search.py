@@ -111,9 +111,9 @@ TRIGGER = "transcript_entries_search_vector"
 # name -> (table, USING gin (...))
 PG_INDEXES = {
     "ix_transcript_entries_search_vector": (LIVE, COLUMN),
-    "ix_transcript_entries_content_trgm": (LIVE, "content gin_trgm_ops"),
+    "ix_transcript_entries_content_trgm": (LIVE, "content {trgm}"),
     "ix_compacted_transcript_entries_search_vector": (ARCHIVE, f"({WORDS})"),
-    "ix_compacted_transcript_entries_content_trgm": (ARCHIVE, "content gin_trgm_ops"),
+    "ix_compacted_transcript_entries_content_trgm": (ARCHIVE, "content {trgm}"),
 }
 _TRGM_ADVICE = (
     "transcript search on PostgreSQL needs the pg_trgm extension, and this role may not "
@@ -173,8 +173,9 @@ def _upgrade_postgres() -> None:
     offline = context.is_offline_mode()
     if offline:
         op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        trgm = "gin_trgm_ops"  # a script's search path holds the extension's schema
     else:
-        _ensure_trgm(op.get_bind())
+        trgm = _trigram_opclass(op.get_bind())
     op.execute(f"ALTER TABLE {LIVE} ADD COLUMN IF NOT EXISTS {COLUMN} tsvector")
     op.execute(
         f"CREATE OR REPLACE FUNCTION {WORDS_FUNCTION}(text) RETURNS tsvector "
@@ -195,7 +196,8 @@ def _upgrade_postgres() -> None:
         # A script is for an empty database (env.py): no rows to fill, plain indexes, and
         # the script stays one transaction.
         for name, (table, expression) in PG_INDEXES.items():
-            op.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin ({expression})")
+            using = expression.format(trgm=trgm)
+            op.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin ({using})")
         return
     # From here every new or edited row carries its vector; commit that, then fill the
     # older rows and build the indexes without holding a lock writers would wait on.
@@ -205,20 +207,28 @@ def _upgrade_postgres() -> None:
             _drop_if_invalid(op.get_bind(), name)
             op.execute(
                 f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} "
-                f"USING gin ({expression})"
+                f"USING gin ({expression.format(trgm=trgm)})"
             )
 
 
-def _ensure_trgm(bind: sa.engine.Connection) -> None:
-    installed = bind.scalar(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"))
-    if installed:
-        return
-    try:
-        with bind.begin_nested():
-            bind.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
-    except sa.exc.DBAPIError as exc:
-        error = " ".join(str(exc.orig).split()) if exc.orig is not None else type(exc).__name__
-        raise MigrationError(_TRGM_ADVICE.format(error=error)) from exc
+def _trigram_opclass(bind: sa.engine.Connection) -> str:
+    """``pg_trgm`` installed (created if absent), and its operator class named by the schema
+    the extension lives in: a store in a schema of its own has only that schema on its
+    search path, while the extension is usually in ``public``."""
+    where = sa.text(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_trgm'"
+    )
+    schema = bind.scalar(where)
+    if schema is None:
+        try:
+            with bind.begin_nested():
+                bind.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
+        except sa.exc.DBAPIError as exc:
+            error = " ".join(str(exc.orig).split()) if exc.orig is not None else type(exc).__name__
+            raise MigrationError(_TRGM_ADVICE.format(error=error)) from exc
+        schema = bind.scalar(where)
+    return f'"{schema}".gin_trgm_ops'
 
 
 def _backfill(bind: sa.engine.Connection) -> None:

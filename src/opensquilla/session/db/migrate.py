@@ -48,7 +48,7 @@ from .base import Base
 from .dsn import parse_target
 from .engine import BEGIN_OPTION, create_engine
 from .errors import translated_errors
-from .pg_schema import ensure_schema, trigram_opclass_qualified, trigram_schema
+from .pg_schema import ensure_schema
 from .schema_policy import POLICY_TABLE as POLICY_TABLE
 from .schema_policy import accept_newer_schema, record_revision_policy
 from .tables import OUR_TABLES
@@ -214,15 +214,13 @@ def context_options(dialect_name: str, schema: str | None) -> dict[str, Any]:
 LOCK_POLL_SECONDS = 0.2
 
 
-def _prepare(connection: Connection) -> str | None:
+def _prepare(connection: Connection) -> None:
     """First thing under the lock: the store's schema exists, and a version recorded by an
-    earlier release in ``alembic_version`` has moved to the store's own table. On
-    PostgreSQL, the schema of ``pg_trgm`` (``None``: not installed)."""
+    earlier release in ``alembic_version`` has moved to the store's own table."""
     schema = schema_of(connection)
     if schema is not None:
         ensure_schema(connection, schema)
     move_from_shared_table(connection, script_directory())
-    return trigram_schema(connection) if connection.dialect.name == "postgresql" else None
 
 
 async def _run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
@@ -234,16 +232,11 @@ async def _run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> A
                 return await conn.run_sync(fn)
         await _take_postgres_lock(conn)
         try:
-            trigram = await conn.run_sync(_prepare)
+            await conn.run_sync(_prepare)
             await conn.commit()
-
-            def run(connection: Connection) -> Any:
-                with trigram_opclass_qualified(connection, trigram):
-                    return fn(connection)
-
             # No transaction around the run: Alembic opens one (env.py), and a revision's
             # autocommit block may commit it to build an index CONCURRENTLY.
-            return await conn.run_sync(run)
+            return await conn.run_sync(fn)
         finally:
             if conn.in_transaction():
                 await conn.rollback()

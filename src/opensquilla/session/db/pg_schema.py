@@ -10,19 +10,15 @@ an application's ``sessions``) wherever ours are missing.
 
 Two things live outside: the ``pg_trgm`` extension (one per database; revision 0003 creates
 it in the store's schema when the database has none) and the trigram operator class the
-search indexes are built with, which a migration names by the schema the extension lives in
-(:func:`trigram_opclass_qualified`).
+search indexes are built with, which revision 0003 names by the schema the extension lives in.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
 from ..errors import ConfigurationError
@@ -30,7 +26,6 @@ from ..errors import ConfigurationError
 # Lower case, as PostgreSQL folds unquoted names: the name given is the name in the catalog.
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _RESERVED = ("pg_", "information_schema")
-_TRGM_OPCLASS = re.compile(r'(?<![\w."])gin_trgm_ops\b')
 
 
 def checked_schema(name: object) -> str:
@@ -58,43 +53,3 @@ def ensure_schema(connection: Connection, schema: str) -> None:
     )
     if not present:
         connection.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-
-
-def trigram_schema(connection: Connection) -> str | None:
-    """The schema ``pg_trgm`` is installed in (``None``: not installed)."""
-    found = connection.scalar(
-        sa.text(
-            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
-            "WHERE e.extname = 'pg_trgm'"
-        )
-    )
-    return str(found) if found is not None else None
-
-
-@contextlib.contextmanager
-def trigram_opclass_qualified(connection: Connection, where: str | None) -> Iterator[None]:
-    """While a migration runs, name ``gin_trgm_ops`` by the schema ``pg_trgm`` lives in.
-
-    Revision 0003 builds its trigram indexes with the bare name, which PostgreSQL looks up
-    on the search path; a store's search path holds its own schema only, and the extension
-    is usually in ``public`` (or in another store's schema). Qualifying the name finds the
-    one operator class wherever it is. ``where`` is :func:`trigram_schema`, read before
-    the run; without the extension (0003 creates it, in the store's schema, which is on
-    the path) nothing is rewritten."""
-    if where is None:
-        yield
-        return
-    qualified = f'"{where}".gin_trgm_ops'
-
-    def qualify(
-        _conn: Connection, _cursor: Any, statement: str, parameters: Any, *_: Any
-    ) -> tuple[str, Any]:
-        if "gin_trgm_ops" in statement:
-            statement = _TRGM_OPCLASS.sub(qualified, statement)
-        return statement, parameters
-
-    event.listen(connection, "before_cursor_execute", qualify, retval=True)
-    try:
-        yield
-    finally:
-        event.remove(connection, "before_cursor_execute", qualify)
