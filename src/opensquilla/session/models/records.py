@@ -8,8 +8,9 @@ and ``model_dump`` follow it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -40,7 +41,6 @@ from .checks import (
 )
 from .enums import ChatType, FlushReceiptStatus, QueueMode, SendPolicy, SessionStatus
 
-_set = object.__setattr__
 # The setters of a model instance's ``__dict__`` and of pydantic's three per-instance
 # slots (a slot's own setter is the quickest way to fill it); a KeyError here means
 # pydantic's instance layout changed.
@@ -53,6 +53,45 @@ _SLOT_SETTERS = tuple(
         "__pydantic_private__",
     )
 )
+
+
+@functools.lru_cache(maxsize=256)
+def _row_builder(fields: tuple[str, ...], converted: tuple[str, ...]) -> Callable[..., list[Any]]:
+    """The loop of :meth:`_Record.from_rows` for rows of ``fields``, compiled once per
+    field list (as ``dataclasses`` compiles an ``__init__``): each row is unpacked into
+    locals and its ``__dict__`` is one dict display, with the field names as constants,
+    which costs about half of ``dict(zip(fields, row))``. The source holds no name from
+    the caller: locals are ``v0``, ``v1``..., field names are ``repr()`` constants.
+    """
+    if not fields or len(set(fields)) != len(fields) or not set(converted) <= set(fields):
+        raise ValueError(f"fields must be distinct and include the converted ones: {fields}")
+    values = [f"v{index}" for index in range(len(fields))]
+    converters = [f"c{index}" for index in range(len(converted))]
+    lines = [
+        f"def build(rows, cls, fields_set, set_dict, set_fields_set, set_extra, set_private"
+        f"{''.join(', ' + name for name in converters)}):",
+        "    new = object.__new__",
+        "    out = []",
+        "    append = out.append",
+        f"    for {''.join(value + ', ' for value in values)}in rows:",
+    ]
+    for converter, name in zip(converters, converted, strict=True):
+        value = values[fields.index(name)]
+        lines.append(f"        if {value} is not None:")
+        lines.append(f"            {value} = {converter}({value})")
+    items = ", ".join(f"{name!r}: {value}" for name, value in zip(fields, values, strict=True))
+    lines += [
+        "        record = new(cls)",
+        f"        set_dict(record, {{{items}}})",
+        "        set_fields_set(record, fields_set)",
+        "        set_extra(record, None)",
+        "        set_private(record, None)",
+        "        append(record)",
+        "    return out",
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines), f"<from_rows {len(fields)} fields>", "exec"), namespace)
+    return cast(Callable[..., list[Any]], namespace["build"])
 
 
 class _Record(BaseModel):
@@ -98,9 +137,10 @@ class _Record(BaseModel):
 
         Each row holds the values of exactly ``fields`` (every field of the model), in that
         order, typed as the fields are, except the fields named in ``converters``, whose
-        non-``None`` values are converted first (JSON text, SQLite's 0/1 booleans...).
-        What ``model_construct`` does for a full set of fields, without its per-field
-        bookkeeping: per row, one ``__dict__`` and one object with pydantic's three slots.
+        non-``None`` values are converted first (JSON text, SQLite's 0/1 booleans...); a
+        row of another length is a ``ValueError``. What ``model_construct`` does for a full
+        set of fields, without its per-field bookkeeping: per row, one ``__dict__`` and one
+        object with pydantic's three slots (see :func:`_row_builder`).
 
         The records of one call share one ``__pydantic_fields_set__`` set. It holds every
         field, and pydantic only ever adds field names to it (assignment), so it never
@@ -108,24 +148,10 @@ class _Record(BaseModel):
         kilobyte and one more garbage-collected object per row.
         """
         fields = tuple(fields)
-        fields_set = set(fields)
-        new = object.__new__
-        set_dict, set_fields_set, set_extra, set_private = _SLOT_SETTERS
-        out: list[Self] = []
-        append = out.append
-        for row in rows:
-            values = dict(zip(fields, row))  # noqa: B905 (strict=True costs a fifth)
-            for name, convert in converters:
-                value = values[name]
-                if value is not None:
-                    values[name] = convert(value)
-            record = new(cls)
-            set_dict(record, values)
-            set_fields_set(record, fields_set)
-            set_extra(record, None)
-            set_private(record, None)
-            append(record)
-        return out
+        build = _row_builder(tuple(fields), tuple(name for name, _ in converters))
+        return build(
+            rows, cls, set(fields), *_SLOT_SETTERS, *(convert for _, convert in converters)
+        )
 
     @classmethod
     def from_row(cls, values: Mapping[str, Any]) -> Self:
