@@ -195,3 +195,16 @@ def test_from_row_builds_one_record_by_field_name() -> None:
     built = SessionSummary.from_row(dict(expected.__dict__))
     assert built == expected
     assert built.__dict__ is not expected.__dict__
+
+
+def test_rows_of_another_length_or_repeated_fields_are_refused() -> None:
+    fields = tuple(TranscriptEntry.model_fields)
+    row = tuple(validated(TranscriptEntry).__dict__[name] for name in fields)
+    for bad in (row[:-1], (*row, None)):
+        with pytest.raises(ValueError):
+            TranscriptEntry.from_rows([row, bad], fields)
+    with pytest.raises(ValueError):
+        TranscriptEntry.from_rows([(*row, row[0])], (*fields, fields[0]))
+    with pytest.raises(ValueError):
+        TranscriptEntry.from_rows([row], fields, (("not_a_field", str),))
+    assert TranscriptEntry.from_rows([], fields) == []

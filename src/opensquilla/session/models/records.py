@@ -8,7 +8,9 @@ and ``model_dump`` follow it).
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Self, cast
 
@@ -58,39 +60,44 @@ _SLOT_SETTERS = tuple(
 @functools.lru_cache(maxsize=256)
 def _row_builder(fields: tuple[str, ...], converted: tuple[str, ...]) -> Callable[..., list[Any]]:
     """The loop of :meth:`_Record.from_rows` for rows of ``fields``, compiled once per
-    field list (as ``dataclasses`` compiles an ``__init__``): each row is unpacked into
-    locals and its ``__dict__`` is one dict display, with the field names as constants,
-    which costs about half of ``dict(zip(fields, row))``. The source holds no name from
-    the caller: locals are ``v0``, ``v1``..., field names are ``repr()`` constants.
+    field list (as ``dataclasses`` compiles an ``__init__``). Each row is unpacked into
+    locals and its ``__dict__`` is one dict display with the field names as constants (a
+    converted field: ``None if v is None else c(v)``), in one list comprehension: about
+    half the cost of ``dict(zip(fields, row))`` in a loop. The records are then made and
+    their four slots filled by ``map`` over the slots' own setters, with no bytecode per
+    record. The source holds no name from the caller: locals are ``v0``, ``v1``..., field
+    names are ``repr()`` constants.
     """
     if not fields or len(set(fields)) != len(fields) or not set(converted) <= set(fields):
         raise ValueError(f"fields must be distinct and include the converted ones: {fields}")
-    values = [f"v{index}" for index in range(len(fields))]
-    converters = [f"c{index}" for index in range(len(converted))]
-    lines = [
-        f"def build(rows, cls, fields_set, set_dict, set_fields_set, set_extra, set_private"
-        f"{''.join(', ' + name for name in converters)}):",
-        "    new = object.__new__",
-        "    out = []",
-        "    append = out.append",
-        f"    for {''.join(value + ', ' for value in values)}in rows:",
-    ]
-    for converter, name in zip(converters, converted, strict=True):
-        value = values[fields.index(name)]
-        lines.append(f"        if {value} is not None:")
-        lines.append(f"            {value} = {converter}({value})")
-    items = ", ".join(f"{name!r}: {value}" for name, value in zip(fields, values, strict=True))
-    lines += [
-        "        record = new(cls)",
-        f"        set_dict(record, {{{items}}})",
-        "        set_fields_set(record, fields_set)",
-        "        set_extra(record, None)",
-        "        set_private(record, None)",
-        "        append(record)",
-        "    return out",
-    ]
-    namespace: dict[str, Any] = {}
-    exec(compile("\n".join(lines), f"<from_rows {len(fields)} fields>", "exec"), namespace)
+    converter_of = {name: f"c{index}" for index, name in enumerate(converted)}
+    items = ", ".join(
+        f"{name!r}: None if v{index} is None else {converter_of[name]}(v{index})"
+        if name in converter_of
+        else f"{name!r}: v{index}"
+        for index, name in enumerate(fields)
+    )
+    targets = "".join(f"v{index}, " for index in range(len(fields)))
+    source = "\n".join(
+        [
+            "def build(rows, cls, fields_set, set_dict, set_fields_set, set_extra, set_private"
+            f"{''.join(', ' + name for name in converter_of.values())}):",
+            f"    dicts = [{{{items}}} for {targets}in rows]",
+            "    count = len(dicts)",
+            "    out = list(map(new, repeat(cls, count)))",
+            "    consume(map(set_dict, out, dicts))",
+            "    consume(map(set_fields_set, out, repeat(fields_set, count)))",
+            "    consume(map(set_extra, out, repeat(None, count)))",
+            "    consume(map(set_private, out, repeat(None, count)))",
+            "    return out",
+        ]
+    )
+    namespace: dict[str, Any] = {
+        "new": object.__new__,
+        "repeat": itertools.repeat,
+        "consume": collections.deque(maxlen=0).extend,
+    }
+    exec(compile(source, f"<from_rows of {len(fields)} fields>", "exec"), namespace)
     return cast(Callable[..., list[Any]], namespace["build"])
 
 
