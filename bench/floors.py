@@ -98,7 +98,13 @@ async def postgres_append(url: str, key: str, session_id: str, n: int) -> Timing
         await conn.close()
 
 
-READ = "SELECT * FROM transcript_entries WHERE session_id = {} ORDER BY created_at, id"
+# The columns our live read selects: every column but ``session_id``, which its WHERE pins
+# (our read puts the parameter in every model instead of reading it from every row).
+READ_COLUMNS = "id, " + INSERT_COLUMNS.split(", ", 1)[1]
+READ = (
+    f"SELECT {READ_COLUMNS} FROM transcript_entries WHERE session_id = {{}} "
+    "ORDER BY created_at, id"
+)
 
 # The JSON decoding of the floor is our reads' own: the C scanner behind ``json.loads``,
 # called directly. ``json.loads`` adds two whitespace regex matches and three Python frames
@@ -111,8 +117,8 @@ _scan = json.JSONDecoder().scan_once
 async def transcript_reader(
     target: str, session_id: str
 ) -> AsyncIterator[Callable[[], Awaitable[list[Any]]]]:
-    """The floor of our transcript read: the same SELECT (every column, same order) through
-    the bare driver; the rows as the driver returns them, each JSON value decoded (and
+    """The floor of our transcript read: the same SELECT (the same columns, same order)
+    through the bare driver; the rows as the driver returns them, each JSON value decoded (and
     dropped: the floor builds nothing). Columns are found by position on both drivers
     (an asyncpg record looked up by name costs a dict lookup per value)."""
     if target.startswith("postgresql"):
