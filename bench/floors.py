@@ -102,8 +102,7 @@ async def postgres_append(url: str, key: str, session_id: str, n: int) -> Timing
 # (our read puts the parameter in every model instead of reading it from every row).
 READ_COLUMNS = "id, " + INSERT_COLUMNS.split(", ", 1)[1]
 READ = (
-    f"SELECT {READ_COLUMNS} FROM transcript_entries WHERE session_id = {{}} "
-    "ORDER BY created_at, id"
+    f"SELECT {READ_COLUMNS} FROM transcript_entries WHERE session_id = {{}} ORDER BY created_at, id"
 )
 
 # The JSON decoding of the floor is our reads' own: the C scanner behind ``json.loads``,
