@@ -195,3 +195,33 @@ def test_from_row_builds_one_record_by_field_name() -> None:
     built = SessionSummary.from_row(dict(expected.__dict__))
     assert built == expected
     assert built.__dict__ is not expected.__dict__
+
+
+def test_rows_of_another_length_or_repeated_fields_are_refused() -> None:
+    fields = tuple(TranscriptEntry.model_fields)
+    row = tuple(validated(TranscriptEntry).__dict__[name] for name in fields)
+    for bad in (row[:-1], (*row, None)):
+        with pytest.raises(ValueError):
+            TranscriptEntry.from_rows([row, bad], fields)
+    with pytest.raises(ValueError):
+        TranscriptEntry.from_rows([(*row, row[0])], (*fields, fields[0]))
+    with pytest.raises(ValueError):
+        TranscriptEntry.from_rows([row], fields, (("not_a_field", str),))
+    assert TranscriptEntry.from_rows([], fields) == []
+
+
+def test_given_fields_are_the_same_in_every_record_and_keep_the_field_order() -> None:
+    fields = tuple(TranscriptEntry.model_fields)
+    full = tuple(validated(TranscriptEntry).__dict__[name] for name in fields)
+    index = fields.index("session_id")
+    read = fields[:index] + fields[index + 1 :]
+    row = full[:index] + full[index + 1 :]
+    first, second = TranscriptEntry.from_rows([row, row], read, given={"session_id": "s"})
+    (expected,) = TranscriptEntry.from_rows([full], fields)
+    assert first == second == expected
+    assert list(first.__dict__) == list(fields)  # model_dump and repr follow this order
+    assert first.model_fields_set == set(fields)
+    with pytest.raises(ValueError):  # the rows' fields out of the model's order
+        TranscriptEntry.from_rows([row[::-1]], read[::-1], given={"session_id": "s"})
+    with pytest.raises(ValueError):  # a given field the rows hold too
+        TranscriptEntry.from_rows([full], fields, given={"session_id": "s"})

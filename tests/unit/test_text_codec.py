@@ -185,3 +185,31 @@ def test_postgres_json_writes_big_floats_with_a_fraction(number: float) -> None:
     back = json_deserializer("postgresql")(text)
     assert back == {"n": [number], "s": "e+"}
     assert type(back["n"][0]) is float
+
+
+def _json_or_none(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@given(
+    st.one_of(
+        st.text(max_size=30),
+        json_values.map(json.dumps),
+        st.tuples(st.sampled_from(["", " ", "\n", "\ufeff"]), json_values.map(json.dumps))
+        .map("".join)
+        .flatmap(lambda text: st.sampled_from([text, text + " ", text + "x", text + "1"])),
+    )
+)
+def test_sqlite_json_decoding_is_json_loads(text: str) -> None:
+    """The read path calls the scanner directly; what it returns is ``json.loads``'s
+    (``None`` where that raises), for JSON text with leading or trailing whitespace,
+    trailing data, a byte-order mark, or no JSON at all."""
+    expected = _json_or_none(text)
+    assert repr(json_deserializer("sqlite")(text)) == repr(expected)
+    as_bytes = text.encode("utf-8")
+    assert repr(json_deserializer("sqlite")(as_bytes)) == repr(_json_or_none(as_bytes))
+    if expected is not None:
+        assert repr(json_deserializer("postgresql")(text)) == repr(expected)

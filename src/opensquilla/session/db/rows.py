@@ -101,15 +101,25 @@ def read_columns(table: Table, dialect_name: str) -> tuple[ColumnElement[Any], .
     )
 
 
-def select_rows(table: Table, conn: AsyncConnection) -> Select[Any]:
+def select_rows(table: Table, conn: AsyncConnection, *, given: tuple[str, ...] = ()) -> Select[Any]:
     """``SELECT`` of :func:`read_columns` (statements are immutable: built once and shared,
-    each ``.where()`` makes a new one)."""
-    return _select_rows(table, conn.dialect.name)
+    each ``.where()`` makes a new one), less the ``given`` columns: those the statement's
+    ``WHERE`` pins to one value, which :func:`to_models` then puts in every model instead
+    of reading it from every row."""
+    return _select_rows(table, conn.dialect.name, given)
 
 
 @functools.cache
-def _select_rows(table: Table, dialect_name: str) -> Select[Any]:
-    return select(*read_columns(table, dialect_name))
+def _select_rows(table: Table, dialect_name: str, given: tuple[str, ...]) -> Select[Any]:
+    return select(*(c for c in read_columns(table, dialect_name) if c.name not in given))
+
+
+def pinned_session_id(session_id: object) -> dict[str, Any] | None:
+    """``given`` for a read of one generation's rows (``WHERE session_id = :session_id``):
+    every row's ``session_id`` equals the parameter (text equality is exact on both
+    backends, no collation folds it), so it need not be read. Only for a ``str``: another
+    type could compare equal after the database's conversion, and the models hold ``str``."""
+    return {"session_id": session_id} if session_id.__class__ is str else None
 
 
 def _json_converters(
@@ -155,9 +165,14 @@ def to_model(model: type[M], row: Row[Any], dialect_name: str) -> M:
     return model.from_rows((row,), keys, _json_converters(keys, dialect_name))[0]
 
 
-def to_models(model: type[M], dialect_name: str, result: CursorResult[Any]) -> list[M]:
-    """Every row of ``result`` (a ``select_rows``-shaped read of ``model``'s table) as a
-    model, in one pass.
+def to_models(
+    model: type[M],
+    dialect_name: str,
+    result: CursorResult[Any],
+    given: dict[str, Any] | None = None,
+) -> list[M]:
+    """Every row of ``result`` (a ``select_rows``-shaped read of ``model``'s table, less
+    the columns ``given`` holds the values of) as a model, in one pass.
 
     This is the read hot path (a 100k-entry transcript is 100k models). The rows are
     taken from the DBAPI cursor as the driver returned them, in partitions, skipping
@@ -170,6 +185,7 @@ def to_models(model: type[M], dialect_name: str, result: CursorResult[Any]) -> l
     partitions = iter(functools.partial(result.cursor.fetchmany, PARTITION_ROWS), [])
     try:
         with gc_paused():
-            return model.from_rows(itertools.chain.from_iterable(partitions), keys, converters)
+            rows = itertools.chain.from_iterable(partitions)
+            return model.from_rows(rows, keys, converters, given)
     finally:
         result.close()

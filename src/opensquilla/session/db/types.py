@@ -17,6 +17,7 @@ Rules (docs/semantics.md#values):
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
 import uuid
 from collections.abc import Callable
@@ -115,7 +116,13 @@ def json_serializer(dialect_name: str) -> Callable[[Any], str]:
     return dumps_pg
 
 
-_DECODER = json.JSONDecoder()
+# The scanner behind ``json.loads`` (C where available), as ``JSONDecoder`` makes its own:
+# ``_scan(text, 0)`` is ``JSONDecoder().raw_decode(text)`` without its Python frame; it
+# raises ``StopIteration`` where that raises a decode error.
+# (typeshed types make_scanner's argument as the C scanner class itself, wrongly.)
+_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
 
 
 def _loads(text: str | bytes) -> Any:
@@ -125,8 +132,8 @@ def _loads(text: str | bytes) -> Any:
     result, or the error, is always that of ``json.loads``."""
     if text.__class__ is str:
         try:
-            value, end = _DECODER.raw_decode(text)
-        except ValueError:
+            value, end = _scan(text, 0)
+        except (StopIteration, ValueError):
             pass
         else:
             if end == len(text):
@@ -136,15 +143,24 @@ def _loads(text: str | bytes) -> Any:
 
 def sqlite_json_value(value: Any) -> Any:
     """A SQLite JSON column's stored value, decoded: JSON text (``str`` or ``bytes``) as
-    its value, any other stored value as itself.
+    its value, any other stored value as itself (:func:`_loads` inlined: this runs once
+    per JSON value a read returns).
 
     Legacy SQLite rows may hold text that is not JSON; the older store read such a value as
     ``None`` and so do we (the row itself is never modified).
     """
-    if value.__class__ is not str and value.__class__ is not bytes:
+    if value.__class__ is str:
+        try:
+            decoded, end = _scan(value, 0)
+        except (StopIteration, ValueError):
+            pass
+        else:
+            if end == len(value):
+                return decoded
+    elif value.__class__ is not bytes:
         return value
     try:
-        return _loads(value)
+        return json.loads(value)
     except ValueError:
         return None
 

@@ -50,7 +50,11 @@ class GenerationCache:
     async def require(self, session_key: str) -> SessionNode:
         """The session row (read now), or ``SessionNotFoundError``."""
         key = canonicalize_session_key(session_key)
-        node = await self._storage.get_session(key)
+        return self.found(key, await self._storage.get_session(key))
+
+    def found(self, key: str, node: SessionNode | None) -> SessionNode:
+        """``node``, the row of canonical ``key`` just read (by :meth:`require`, or inside
+        a caller's unit of work), remembered; ``None``: ``SessionNotFoundError``."""
         if node is None:
             self.forget(key)
             raise SessionNotFoundError(f"Session not found: {key}")

@@ -20,6 +20,7 @@ from ..models import (
     check_millis,
     check_optional_integer,
     check_optional_text,
+    check_page,
     check_text,
 )
 from ..models.identity import chosen_message_id
@@ -203,14 +204,24 @@ class Transcripts:
             )
 
     async def live(self, session_key: str, limit: int | None, offset: int) -> list[TranscriptEntry]:
-        node = await self._generations.require(session_key)
-        return await self._storage.get_transcript(node.session_id, limit, offset)
+        """The session row, then its generation's live rows, on one connection: one unit of
+        work, not one per statement (a second checkout cost as much as reading a few rows).
+        Each statement is consistent on its own, as :meth:`SessionStorage.get_transcript`'s."""
+        key = canonicalize_session_key(session_key)
+        async with self._storage.uow.read() as tx:
+            node = self._generations.found(key, await tx.sessions.get(key))
+            check_page(limit, offset)
+            return await tx.transcript.list_live(node.session_id, limit=limit, offset=offset)
 
     async def canonical(
         self, session_key: str, limit: int | None, offset: int
     ) -> list[TranscriptEntry]:
-        node = await self._generations.require(session_key)
-        return await self._storage.get_canonical_transcript(node.session_id, limit, offset)
+        """:meth:`live` for the canonical transcript (archive plus live rows)."""
+        key = canonicalize_session_key(session_key)
+        async with self._storage.uow.read() as tx:
+            node = self._generations.found(key, await tx.sessions.get(key))
+            check_page(limit, offset)
+            return await tx.transcript.list_canonical(node.session_id, limit=limit, offset=offset)
 
     async def count(self, session_key: str) -> int:
         node = await self._generations.require(session_key)

@@ -26,7 +26,7 @@ from ...models import (
     CompactedTranscriptEntry,
     TranscriptEntry,
 )
-from ..rows import TRANSCRIPT_COLUMNS, select_rows, to_models, values_of
+from ..rows import TRANSCRIPT_COLUMNS, pinned_session_id, select_rows, to_models, values_of
 from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
@@ -105,8 +105,9 @@ class TranscriptRepository(TranscriptReads):
     async def list_live(
         self, session_id: str, *, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
+        given = pinned_session_id(session_id)
         query = (
-            select_rows(live, self.conn)
+            select_rows(live, self.conn, given=tuple(given or ()))
             .where(live.c.session_id == session_id)
             .order_by(*LIVE_ORDER)
         )
@@ -114,6 +115,7 @@ class TranscriptRepository(TranscriptReads):
             TranscriptEntry,
             self.conn.dialect.name,
             await self.conn.execute(_page(query, limit, offset)),
+            given,
         )
 
     async def live_tail(
