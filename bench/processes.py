@@ -105,7 +105,7 @@ async def _work(
         warm_errors = sum(errors.values())
         ready.wait(BARRIER_TIMEOUT)
         go.wait(BARRIER_TIMEOUT)
-        profile = cProfile.Profile() if spec.get("profile") else None
+        profile = cProfile.Profile(time.thread_time) if spec.get("profile") else None
         start, cpu0 = time.monotonic(), _cpu_seconds()
         if profile is not None:
             profile.enable()
@@ -203,6 +203,12 @@ async def scenario(
                 server_cpu = await server.stop()
         except Exception:
             failure = "a worker failed before the window ended"
+        except BaseException:  # interrupted: free the threads and the workers, then go
+            ready.abort()
+            done.abort()
+            for worker in workers:
+                worker.kill()
+            raise
         finally:
             measured.set()
         results = []
@@ -419,7 +425,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile",
         metavar="PREFIX",
-        help="cProfile each worker's timed window (the event loop's thread) to PREFIX.*",
+        help="cProfile (CPU time) each worker's timed window, event loop's thread, to PREFIX.*",
     )
     arguments = parser.parse_args()
     outcome = asyncio.run(
