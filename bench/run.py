@@ -1,6 +1,13 @@
 """opensquilla-session benchmark: ours beside the driver floor (and peers with --peers).
 
     python bench/run.py --backend sqlite|postgres [--quick] [--peers] [--json PATH]
+                        [--processes 1,2,4,8 [--process-writers 4] [--process-seconds 5]
+                         [--process-rounds 1]]
+
+With ``--processes`` it also runs ``bench/processes.py``: writers in that many worker
+processes (each its own session, and all on one hot session), throughput and appends per
+CPU-second, ours and (with ``--peers``) the peers; ``processes`` in the JSON. Off by
+default; with ``--quick`` its window is 1 second.
 
 Prints a table and writes JSON (default bench/results/<backend>[-quick].json). Durability is
 stated per row: our SQLite runs WAL + synchronous=FULL unless --synchronous says otherwise.
@@ -22,6 +29,7 @@ from typing import Any
 
 import floors
 import ours
+import processes
 import search
 from common import fresh_target
 from rich.console import Console
@@ -136,6 +144,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         import peers
 
         results.update(await peers.run(backend, plan))
+    if args.processes:
+        report["processes"] = await processes.from_run(args)
     results["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return report
 
@@ -151,6 +161,8 @@ def show(report: dict[str, Any]) -> None:
         table.add_row(name, f"{value:,.3f}" if isinstance(value, float) else str(value))
     Console().print(table)
     Console().print(read_table(report["results"]))
+    if report.get("processes"):
+        Console().print(processes.table(report["processes"]))
     Console().print(f"durability: {report['durability']}")
 
 
@@ -177,6 +189,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke test)")
     parser.add_argument("--peers", action="store_true", help="also run the peer stores")
     parser.add_argument("--json", type=Path, help="where to write the JSON report")
+    processes.add_arguments(parser)
     arguments = parser.parse_args()
     outcome = asyncio.run(main(arguments))
     show(outcome)
