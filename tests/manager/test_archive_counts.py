@@ -335,13 +335,11 @@ async def _pg(target: str) -> asyncpg.Connection:
     return await asyncpg.connect(dsn.render_as_string(hide_password=False))
 
 
-async def test_concurrent_archive_writers_neither_block_nor_lose_counts(
-    backend: Any, database: str
-) -> None:
+@pytest.mark.postgres_only
+async def test_concurrent_archive_writers_neither_block_nor_lose_counts(database: str) -> None:
     """Two open transactions archiving rows of different sessions do not wait for each
-    other; two adding to one group both count (the second waits for the first's commit)."""
-    if not backend.is_postgres:
-        pytest.skip("SQLite has one writer at a time")
+    other; two adding to one group both count (the second waits for the first's commit).
+    SQLite has one writer at a time."""
     first, second = await _pg(database), await _pg(database)
     insert = (
         "INSERT INTO compacted_transcript_entries (session_id, session_key, compaction_id, "
