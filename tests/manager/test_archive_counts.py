@@ -29,6 +29,8 @@ from opensquilla.session import (
     transfer,
 )
 from opensquilla.session.db.tables import compacted_transcript_entries as archive
+from opensquilla.session.db.tables import sessions
+from opensquilla.session.models import SessionSummary
 from tests.helpers import assert_archive_counts_exact
 
 from .test_canonical_pages import compact, fill
@@ -325,6 +327,90 @@ async def test_random_archive_writes_keep_the_counts_exact(
     for operations in transactions:
         await _execute(storage, *(_statement(prefix, op) for op in operations))
         await assert_archive_counts_exact(storage)
+
+
+# -- the coverage read from the counts is the formula over the rows ----------------------
+
+_SUMMARY = st.tuples(
+    st.sampled_from(COMPACTIONS), st.integers(0, 3), st.sampled_from([0, 5])
+)  # compaction_id, removed_count, covered_through_id
+_ARCHIVED = st.tuples(st.sampled_from(COMPACTIONS), st.integers(1, 3), st.booleans())
+
+
+def _formula(
+    session: tuple[int, bool, int], summaries: list[Any], archived: list[Any]
+) -> CanonicalTranscriptCoverage:
+    """docs/semantics.md#pages over the rows themselves (``archived``: one
+    ``(compaction_id, original_entry_id)`` per archived row)."""
+    compaction_count, forked, schema_version = session
+    c = max(0, compaction_count)
+    per_compaction: dict[Any, int] = {}
+    for compaction_id, _ in archived:
+        per_compaction[compaction_id] = per_compaction.get(compaction_id, 0) + 1
+    mismatched = [
+        cid
+        for cid, removed, covered in summaries
+        if cid is None or (removed == 0 and covered > 0) or per_compaction.get(cid, 0) != removed
+    ]
+    proven = not forked or schema_version >= 2
+    count_ok = len(summaries) >= c if forked else len(summaries) == c
+    complete = (
+        proven
+        and count_ok
+        and sum(removed for _, removed, _ in summaries) == len(archived)
+        and not any(original is None for _, original in archived)
+        and not mismatched
+    )
+    return CanonicalTranscriptCoverage(complete, c, forked)
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    summaries=st.lists(_SUMMARY, max_size=3),
+    groups=st.lists(_ARCHIVED, max_size=3),
+    session=st.tuples(st.integers(-1, 3), st.booleans(), st.sampled_from([1, 2])),
+)
+async def test_the_coverage_is_the_formula_over_the_archived_rows(
+    manager: SessionManager,
+    storage: SessionStorage,
+    summaries: list[tuple[str | None, int, int]],
+    groups: list[tuple[str | None, int, bool]],
+    session: tuple[int, bool, int],
+) -> None:
+    key = f"agent:main:{uuid.uuid4().hex[:8]}"
+    session_id = (await manager.create(key)).session_id
+    for compaction_id, removed, covered in summaries:
+        await storage.save_summary(
+            SessionSummary(
+                session_id=session_id,
+                session_key=key,
+                summary_text="s",
+                compaction_id=compaction_id,
+                removed_count=removed,
+                covered_through_id=covered,
+            )
+        )
+    await _execute(storage, *(_rows(session_id, c, n, linked=lk) for c, n, lk in groups))
+    compaction_count, forked, schema_version = session
+    await _execute(
+        storage,
+        sa.update(sessions)
+        .where(sessions.c.session_id == session_id)
+        .values(
+            compaction_count=compaction_count,
+            forked_from_parent=forked,
+            schema_version=schema_version,
+        ),
+    )
+    async with storage.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(archive.c.compaction_id, archive.c.original_entry_id).where(
+                archive.c.session_id == session_id
+            )
+        )
+        archived = [tuple(row) for row in rows]
+    expected = _formula(session, summaries, archived)
+    assert await storage.get_canonical_transcript_coverage(session_id) == expected
 
 
 # -- concurrency (PostgreSQL) ------------------------------------------------------------------
