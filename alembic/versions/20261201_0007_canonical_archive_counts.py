@@ -37,7 +37,7 @@ replay: the rows are recomputed). On PostgreSQL ``CREATE TRIGGER`` locks the arc
 writes until the migration commits, so no archive write falls between the triggers and the
 backfill; only compactions, resets, forks, imports and deletions write the archive (appends
 write the live table and are not held up). On SQLite the whole run is one ``BEGIN
-IMMEDIATE`` transaction. About 1 s per million archived rows.
+IMMEDIATE`` transaction. Seconds per million archived rows.
 
 The table is derived state, not session data: it is not one of the five tables, is not
 exported, and the drift check does not compare it.
