@@ -51,3 +51,30 @@ def run_alembic(*args: str, dsn: str | None = None) -> subprocess.CompletedProce
         timeout=300,  # a hang guard only: a loaded machine needs seconds
         check=False,
     )
+
+
+# Revision 0007's counts of the archive, and the same counts computed afresh from it.
+ARCHIVE_COUNTS = (
+    "SELECT session_id, compaction_id, archived, unlinked FROM canonical_archive_counts"
+)
+ARCHIVE_GROUPS = (
+    "SELECT session_id, compaction_id, count(*), "
+    "sum(CASE WHEN original_entry_id IS NULL THEN 1 ELSE 0 END) "
+    "FROM compacted_transcript_entries GROUP BY session_id, compaction_id"
+)
+
+
+def sorted_groups(rows: Any) -> list[tuple[Any, ...]]:
+    """``(session_id, compaction_id, archived, unlinked)`` rows in one order on both
+    backends (the NULL compaction first), counts as ints."""
+    found = [(row[0], row[1], int(row[2]), int(row[3])) for row in rows]
+    return sorted(found, key=lambda row: (row[0], row[1] is not None, row[1] or ""))
+
+
+async def assert_archive_counts_exact(storage: SessionStorage) -> list[tuple[Any, ...]]:
+    """The counter rows equal a fresh ``GROUP BY`` of the archive; the rows."""
+    async with storage.engine.connect() as conn:
+        counted = sorted_groups(await conn.execute(sa.text(ARCHIVE_COUNTS)))
+        grouped = sorted_groups(await conn.execute(sa.text(ARCHIVE_GROUPS)))
+    assert counted == grouped
+    return counted

@@ -15,7 +15,7 @@ from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.version_table import VERSION_TABLE
 from opensquilla.session.errors import ConfigurationError
 from opensquilla.session.usecases import overview
-from tests.helpers import TABLES, run_alembic
+from tests.helpers import TABLES, assert_archive_counts_exact, run_alembic
 
 KEY = "agent:main:schema"
 BIG = "lorem ipsum " * 60
@@ -64,14 +64,28 @@ async def test_every_object_of_the_store_lands_in_its_schema(empty_database: str
         assert storage.target.schema == "sessions_a"
         assert "schema=sessions_a" in storage.target.render()
     found = await _objects(empty_database, "sessions_a")
-    assert found["tables"] >= {*TABLES, VERSION_TABLE, "compaction_leases", migrate.POLICY_TABLE}
+    assert found["tables"] >= {
+        *TABLES,
+        VERSION_TABLE,
+        "compaction_leases",
+        "canonical_archive_counts",
+        migrate.POLICY_TABLE,
+    }
     assert found["indexes"] >= set(migrate.SEARCH_OBJECTS) - {"search_vector"}
     assert found["functions"] >= {
         "transcript_search_vector",
         "transcript_entries_search_vector",
         "opensquilla_prevent_epoch_rollback",
+        "opensquilla_canonical_archive_counts",
     }
-    assert found["triggers"] >= {"prevent_epoch_rollback", "transcript_entries_search_vector"}
+    assert found["triggers"] >= {
+        "prevent_epoch_rollback",
+        "transcript_entries_search_vector",
+        "canonical_archive_counts_insert",
+        "canonical_archive_counts_delete",
+        "canonical_archive_counts_update",
+        "canonical_archive_counts_truncate",
+    }
     public = await _objects(empty_database, "public")
     assert not public["tables"] & {*TABLES, VERSION_TABLE, "compaction_leases", "alembic_version"}
     report = await overview.schema_report(_in_schema(empty_database, "sessions_a"))
@@ -92,8 +106,18 @@ async def test_reads_writes_search_and_compaction_work_in_a_schema(empty_databas
         like = await manager.search_transcript_like("eron 1", include_archived=True, limit=100)
         assert 0 < len(live) < len(every) == 20
         assert len(like) == 11  # heron 1, heron 10 ... heron 19
+        counted = await assert_archive_counts_exact(storage)
+        assert [archived for _, _, archived, _ in counted] == [len(every) - len(live)]
     report = await overview.schema_report(_in_schema(empty_database, "sessions_b"))
     assert report.ok, report
+    # The archive's counts follow a write from a client whose search path does not name
+    # the schema (revision 0007's function carries its own).
+    conn = await _pg(empty_database)
+    try:
+        await conn.execute("DELETE FROM sessions_b.compacted_transcript_entries")
+        assert await conn.fetchval("SELECT count(*) FROM sessions_b.canonical_archive_counts") == 0
+    finally:
+        await conn.close()
 
 
 @pytest.mark.postgres_only
