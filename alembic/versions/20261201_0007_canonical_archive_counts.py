@@ -13,8 +13,9 @@ of it, the older raw-SQL store in an adopted SQLite file, an import, a copy, a h
 
 * SQLite: row-level ``AFTER INSERT``, ``AFTER DELETE`` and ``AFTER UPDATE OF session_id,
   compaction_id, original_entry_id`` triggers. The NULL group is matched with ``IS``; a row is
-  created when absent (``INSERT ... SELECT ... WHERE NOT EXISTS``, no UPSERT, so any SQLite
-  that opens the file can parse the triggers) and deleted when its count reaches zero.
+  updated, or created when the ``UPDATE`` found none (``INSERT ... SELECT ... WHERE
+  changes() = 0``; no UPSERT, so any SQLite that opens the file can parse the triggers),
+  and deleted when its count reaches zero.
 * PostgreSQL: statement-level triggers with transition tables (``REFERENCING NEW TABLE`` /
   ``OLD TABLE``, ``FOR EACH STATEMENT``), one function: each statement applies its grouped
   difference in one ``INSERT ... ON CONFLICT DO UPDATE SET archived = archived + excluded``
@@ -88,12 +89,16 @@ def _sqlite_remove(row: str) -> str:
 
 def _sqlite_add(row: str) -> str:
     group = f"session_id = {row}.session_id AND compaction_id IS {row}.compaction_id"
-    return f"""INSERT INTO {TABLE} (session_id, compaction_id, archived, unlinked)
-    SELECT {row}.session_id, {row}.compaction_id, 0, 0
-    WHERE NOT EXISTS (SELECT 1 FROM {TABLE} WHERE {group});
-    UPDATE {TABLE}
-    SET archived = archived + 1, unlinked = unlinked + ({row}.original_entry_id IS NULL)
-    WHERE {group};"""
+    # The UPDATE first and the INSERT only when it found no row (``changes()`` is the
+    # trigger's previous statement's count): one probe per archived row in the common case,
+    # about half the cost of inserting-if-absent and then updating.
+    unlinked = f"({row}.original_entry_id IS NULL)"
+    return f"""UPDATE {TABLE}
+    SET archived = archived + 1, unlinked = unlinked + {unlinked}
+    WHERE {group};
+    INSERT INTO {TABLE} (session_id, compaction_id, archived, unlinked)
+    SELECT {row}.session_id, {row}.compaction_id, 1, {unlinked}
+    WHERE changes() = 0;"""
 
 
 SQLITE_TRIGGERS = {
