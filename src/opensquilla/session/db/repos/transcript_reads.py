@@ -145,49 +145,6 @@ class TranscriptReads:
             for session_id, content in await self.conn.execute(query, values):
                 contents[session_id].append(content)
         return contents
-        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
-            firsts = [
-                select(live.c.session_id, live.c.content, live.c.created_at, live.c.id)
-                .where(
-                    live.c.session_id == session_id,
-                    live.c.role == "user",
-                    live.c.content.is_not(None),
-                    live.c.content != "",
-                )
-                .order_by(*LIVE_ORDER)
-                .limit(limit_per_session)
-                .subquery()
-                .select()  # SQLite takes no LIMIT inside a compound SELECT's arm
-                for session_id in chunk
-            ]
-            found = union_all(*firsts).subquery("firsts")
-            query = select(found.c.session_id, found.c.content).order_by(
-                found.c.created_at, found.c.id
-            )
-            for session_id, content in await self.conn.execute(query):
-                contents[session_id].append(content)
-        return contents
-        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
-            rank = func.row_number().over(partition_by=live.c.session_id, order_by=LIVE_ORDER)
-            ranked = (
-                select(live.c.id, rank.label("rank"))
-                .where(
-                    live.c.session_id.in_(chunk),
-                    live.c.role == "user",
-                    live.c.content.is_not(None),
-                    live.c.content != "",
-                )
-                .subquery("ranked")
-            )
-            query = (
-                select(live.c.session_id, live.c.content)
-                .join(ranked, ranked.c.id == live.c.id)
-                .where(ranked.c.rank <= limit_per_session)
-                .order_by(live.c.session_id, *LIVE_ORDER)
-            )
-            for session_id, content in await self.conn.execute(query):
-                contents[session_id].append(content)
-        return contents
 
     # -- pages and coverage ------------------------------------------------------------
 
