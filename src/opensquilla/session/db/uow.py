@@ -12,7 +12,8 @@ decides what it holds.
   instead of spinning in SQLite's busy handler; other processes wait through the busy
   timeout.
 * ``write_statement()``: exactly one statement, which the database applies atomically on
-  its own; no BEGIN/COMMIT round trips (used for the Postgres append).
+  its own; no BEGIN/COMMIT round trips (used for the append, :attr:`UnitOfWork.
+  appends_in_one_statement`).
 * ``read()``: statements in autocommit mode, each consistent on its own (our reads are
   single statements); ``snapshot()`` gives one consistent snapshot for several statements.
 
@@ -35,6 +36,7 @@ from .engine import BEGIN_OPTION
 from .errors import translated_errors
 from .repos.compaction_leases import LeaseRepository
 from .repos.context_states import ContextStateRepository
+from .repos.fenced_append import appends_in_one_statement
 from .repos.overview import OverviewRepository
 from .repos.search import SearchRepository
 from .repos.session_archives import ArchiveRepository
@@ -98,6 +100,12 @@ class UnitOfWork:
     @property
     def is_postgres(self) -> bool:
         return self.backend == "postgresql"
+
+    @property
+    def appends_in_one_statement(self) -> bool:
+        """Whether ``tx.transcript.append_and_touch`` is one statement here (run it in
+        ``write_statement()``) or needs ``write()`` (an SQLite without RETURNING)."""
+        return appends_in_one_statement(self.backend)
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[Transaction]:
