@@ -11,6 +11,8 @@ import contextlib
 import sqlite3
 from typing import Any
 
+from sqlalchemy import event
+
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import migrate
 from opensquilla.session.db.repos import fenced_append
@@ -92,3 +94,30 @@ async def test_replaying_the_revision_changes_nothing(backend: _Backend, databas
         await migrate.stamp(storage.engine, "0006")
         await migrate.upgrade(storage.engine, "head")
     assert await raw_state(backend, database) == before
+
+
+async def test_a_store_on_a_database_without_the_view_appends_in_three_statements(
+    backend: _Backend, database: str
+) -> None:
+    """A store opened without migrating, on a database at 0006: the append looks for the
+    view, finds none, and appends in one write transaction (same fence, same counters)."""
+    async with unmigrated(database) as storage:
+        await migrate.downgrade(storage.engine, "0006")
+    async with unmigrated(database) as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        node = await manager.create("agent:main:old")
+        seen: list[str] = []
+        event.listen(
+            storage.engine.sync_engine,
+            "before_cursor_execute",
+            lambda _c, _k, statement, *_: seen.append(statement),
+        )
+        entry = await manager.append_message("agent:main:old", "user", "three", token_count=6)
+        again = await manager.append_message("agent:main:old", "user", "more", token_count=1)
+        if not backend.is_postgres:
+            appends = [s.split()[0] for s in seen if "INTO transcript_" in s or "UPDATE" in s]
+            assert appends == ["UPDATE", "INSERT"] * 2
+        rows = await manager.get_transcript("agent:main:old")
+        assert [e.id for e in rows] == [entry.id, again.id]
+        after = await manager.get_session("agent:main:old")
+        assert after is not None and after.total_tokens == 7 and after.epoch == node.epoch

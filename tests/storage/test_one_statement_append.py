@@ -73,6 +73,7 @@ async def test_an_append_is_one_statement_and_sqlite_runs_it_in_one_thread_hop(
     storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await manager.create(KEY)
+    await manager.append_message(KEY, "user", "warm")  # SQLite looks the view up once
     calls: list[tuple[str, Any]] = []
     original = aiosqlite.Connection._execute
 
@@ -92,7 +93,7 @@ async def test_an_append_is_one_statement_and_sqlite_runs_it_in_one_thread_hop(
     assert [name for name, _ in calls] == ["_run_one"]
     (_conn, operation, _params, begin) = calls[0][1]
     assert operation.startswith("INSERT INTO transcript_appends") and begin is None
-    [stored] = await manager.get_transcript(KEY)
+    [_, stored] = await manager.get_transcript(KEY)
     assert stored.id == entry.id and stored.content == "one hop"
 
 

@@ -73,10 +73,15 @@ class HistoryRowOperations(StorageLifecycle):
         check_integer("token_delta", token_delta)
         entry.session_key = canonicalize_session_key(entry.session_key)
         # One statement: no BEGIN/COMMIT round trips around it.
-        unit = self.uow.write_statement if self.uow.appends_in_one_statement else self.uow.write
+        one = await self.uow.appends_in_one_statement()
+        unit = self.uow.write_statement if one else self.uow.write
         async with unit() as tx:
             new_id = await tx.transcript.append_and_touch(
-                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+                entry,
+                expected_epoch=expected_epoch,
+                now=now,
+                token_delta=token_delta,
+                one_statement=one,
             )
         if new_id is None:
             async with self.uow.read() as tx:

@@ -10,7 +10,9 @@ round trip or one thread hop): Postgres feeds the INSERT from the fenced UPDATE 
 SQLite, which has no DML in a CTE, inserts into the ``transcript_appends`` view, whose
 ``INSTEAD OF`` trigger (revision 0008) runs the fenced UPDATE and then the INSERT, or
 nothing. On an SQLite without ``RETURNING`` the append is three statements inside a write
-transaction instead (:func:`appends_in_one_statement`).
+transaction instead, and so on a database without the view (a store opened without
+migrating, at a revision before 0008): the caller decides (``uow.appends_in_one_statement``)
+and passes ``one_statement``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sqlalchemy import (
     literal,
     select,
     table,
+    text,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -108,10 +111,9 @@ _SQLITE_APPEND = insert(APPENDS_VIEW).returning(select(func.max(live.c.id)).scal
 SQLITE_ONE_STATEMENT = sqlite3.sqlite_version_info >= (3, 35, 5)
 
 
-def appends_in_one_statement(dialect_name: str) -> bool:
-    """Whether :func:`append_and_touch` runs exactly one statement on this backend (then
-    run it in autocommit, ``uow.write_statement``); else it needs a write transaction."""
-    return dialect_name == "postgresql" or SQLITE_ONE_STATEMENT
+APPEND_VIEW_EXISTS = text(
+    "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name = 'transcript_appends'"
+)
 
 
 def fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
@@ -149,15 +151,16 @@ def append_and_touch(
     expected_epoch: int,
     now: int,
     token_delta: int,
+    one_statement: bool,
 ) -> int | None:
     """The manager's append: epoch fence, insert and session touch, atomically.
 
     Synchronous, for ``AsyncConnection.run_sync``: the hot path then crosses into
-    SQLAlchemy's asyncio bridge once, not once per statement. Where
-    :func:`appends_in_one_statement` (Postgres: the fenced UPDATE as a CTE feeding the
-    INSERT; SQLite 3.35.5+: the insert into the ``transcript_appends`` view), one
-    statement, atomic by itself, run in autocommit. Else (older SQLite) the fenced UPDATE,
-    then the INSERT, inside the caller's write transaction. ``None`` when the fence refused.
+    SQLAlchemy's asyncio bridge once, not once per statement. Postgres always, SQLite with
+    ``one_statement``: one statement, atomic by itself, for autocommit (Postgres: the
+    fenced UPDATE as a CTE feeding the INSERT; SQLite: the insert into the
+    ``transcript_appends`` view). SQLite without: the fenced UPDATE, then the INSERT, inside
+    the caller's write transaction. ``None`` when the fence refused.
     """
     params = touch_params(entry, expected_epoch, now, token_delta)
     dialect = conn.dialect.name
@@ -168,7 +171,7 @@ def append_and_touch(
         if value is None and token_delta:
             _refuse_overflow(conn, params, token_delta)
         return int(value) if value is not None else None
-    if appends_in_one_statement(dialect):
+    if one_statement:
         row = values_of(entry, live)
         row["fence_epoch"] = expected_epoch
         row["touched_at"] = now
