@@ -72,6 +72,30 @@ async def sqlite_append(path: str, key: str, session_id: str, n: int, synchronou
         await conn.close()
 
 
+async def sqlite_one_hop_append(path: str, key: str, session_id: str, n: int) -> Timings:
+    """Our one-statement append (revision 0008's view) through bare aiosqlite, in
+    autocommit: one call on the driver's thread per append, no store around it."""
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    try:
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=FULL")
+        columns = f"{INSERT_COLUMNS}, fence_epoch, touched_at, token_delta, tokens_ceiling"
+        append = (
+            f"INSERT INTO transcript_appends ({columns}) VALUES ({', '.join('?' * 22)}) "
+            "RETURNING (SELECT max(id) FROM transcript_entries)"
+        )
+        counter = iter(range(10**9))
+
+        async def one() -> None:
+            i = next(counter)
+            fence = (0, 1_800_000_000_000 + i, 50, 2**63 - 1 - 50)
+            assert await conn.execute_fetchall(append, _values(session_id, key, i) + fence)
+
+        return await timed(one, n)
+    finally:
+        await conn.close()
+
+
 def _pg_dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 

@@ -86,6 +86,10 @@ async def floor_append(backend: str, n: int) -> dict[str, Any]:
             )
             out["floor_append_p50_ms"] = full.p50
             out["floor_append_normal_p50_ms"] = normal.p50
+            one_hop = await floors.sqlite_one_hop_append(
+                target, node.session_key, node.session_id, n
+            )
+            out["floor_append_one_hop_p50_ms"] = one_hop.p50
         else:
             timings = await floors.postgres_append(target, node.session_key, node.session_id, n)
             out["floor_append_p50_ms"] = timings.p50

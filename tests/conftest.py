@@ -169,17 +169,20 @@ def pytest_configure(config: pytest.Config) -> None:
         "postgres_only: a behaviour only PostgreSQL has (server-side connection kills, "
         "logins); deselected, not skipped, when the backend is SQLite",
     )
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only: a mechanism only SQLite has (its write lock, the append view of "
+        "revision 0008 and its fallback); deselected, not skipped, when the backend is "
+        "PostgreSQL",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get(DATABASE_URL_ENV, "").strip():
-        return
-    kept = [item for item in items if item.get_closest_marker("postgres_only") is None]
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(
-            items=[item for item in items if item.get_closest_marker("postgres_only")]
-        )
-        items[:] = kept
+    other = "sqlite_only" if os.environ.get(DATABASE_URL_ENV, "").strip() else "postgres_only"
+    dropped = [item for item in items if item.get_closest_marker(other) is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item.get_closest_marker(other) is None]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -309,7 +309,7 @@ async def test_crash_inside_append_leaves_counters_alone(
     before = await table_snapshot(storage)
 
     with (
-        failing_statement(storage, "INSERT INTO transcript_entries") as tripped,
+        failing_statement(storage, "INSERT INTO transcript_") as tripped,
         pytest.raises(RuntimeError, match="injected failure"),
     ):
         await manager.append_message(KEY, "user", "never stored", token_count=40)

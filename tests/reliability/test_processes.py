@@ -509,7 +509,7 @@ async def test_four_processes_connecting_to_a_legacy_database_adopt_it_once(
             target, "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
         )
         # Every trigger is kept as it was; revision 0003 adds the archive's FTS triggers,
-        # 0007 those keeping its counts.
+        # 0007 those keeping its counts, 0008 the append view's.
         assert set(triggers) <= set(after)
         assert {name for name, _ in set(after) - set(triggers)} == {
             "compacted_transcript_fts_ai",
@@ -518,6 +518,7 @@ async def test_four_processes_connecting_to_a_legacy_database_adopt_it_once(
             "canonical_archive_counts_ai",
             "canonical_archive_counts_ad",
             "canonical_archive_counts_au",
+            "transcript_appends_insert",
         }
         # The older store's full-text index is still fed by its triggers.
         ((indexed,),) = await raw_rows(target, "SELECT COUNT(*) FROM transcript_fts")

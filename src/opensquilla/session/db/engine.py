@@ -7,7 +7,8 @@ so transactions and savepoints are real on Python 3.11. A write transaction begi
 busy snapshot. ``:memory:`` uses one shared connection (``StaticPool``) that lives as long
 as the store (:class:`PinnedMemoryDBAPI`), whatever happens to the operations on it.
 
-Postgres: asyncpg, a one-round-trip liveness ping on every pool checkout.
+Postgres: asyncpg, a one-round-trip liveness ping on the checkout of a connection idle for
+``PING_AFTER_IDLE_S`` or more (a closed one is refused on every checkout, without a round trip).
 """
 
 from __future__ import annotations
@@ -262,17 +263,43 @@ def _adopt_json_codec(engine: AsyncEngine, backend: str) -> None:
             )
 
 
+# A connection back in the pool for less than this is handed out again without the ping.
+PING_AFTER_IDLE_S = 1.0
+_IDLE_SINCE = "opensquilla_idle_since"  # connection record info: (driver connection, when)
+_monotonic = time.monotonic  # tests move this clock
+
+
 def _ping_on_checkout(engine: AsyncEngine) -> None:
-    """Pessimistic disconnect handling in one round trip.
+    """Pessimistic disconnect handling in one round trip, and none for a connection that
+    was in use a moment ago.
 
     SQLAlchemy's ``pool_pre_ping`` on asyncpg pings inside BEGIN/ROLLBACK (three round
     trips per checkout); an empty statement does the same job in one. A dead connection (a
     restarted server, ``pg_terminate_backend``) raises ``DisconnectionError``, and the pool
     replaces it before the operation runs.
+
+    The ping was one of the append's two round trips (bench/tails.py). A connection checked
+    in less than ``PING_AFTER_IDLE_S`` ago skips it: the server closing it (a restart, a
+    terminated backend) closes its socket, which the driver has seen by then
+    (``is_closed()``, checked on every checkout, no round trip); what only a round trip
+    would find (a silent network failure) a ping finds no better, it hangs alike.
     """
 
+    driver_of = engine.sync_engine.dialect.get_driver_connection
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _idle(dbapi_connection: Any, record: Any) -> None:
+        if dbapi_connection is not None:
+            record.info[_IDLE_SINCE] = (driver_of(dbapi_connection), _monotonic())
+
     @event.listens_for(engine.sync_engine, "checkout")
-    def _ping(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    def _ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        driver = driver_of(dbapi_connection)
+        if driver.is_closed():
+            raise DisconnectionError("connection lost: closed by the server")
+        idle = record.info.pop(_IDLE_SINCE, None)
+        if idle is not None and idle[0] is driver and _monotonic() - idle[1] < PING_AFTER_IDLE_S:
+            return
         try:
             dbapi_connection.run_async(lambda connection: connection.fetchrow(";"))
         except Exception as exc:

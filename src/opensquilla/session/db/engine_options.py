@@ -7,7 +7,8 @@
 Rules by backend:
 
 * PostgreSQL: every option applies. ``pool_pre_ping=True`` (the default) is the store's own
-  one-round-trip ping on checkout; ``False`` turns it off. ``connect_args`` go to
+  one-round-trip ping on the checkout of a connection idle for a second or more, and a
+  check of its socket on every checkout; ``False`` turns both off. ``connect_args`` go to
   ``asyncpg.connect()`` and win over the URL's parameters; their ``server_settings`` are
   merged with the URL's.
 * A SQLite file: the pool options apply to its pool; ``connect_args`` is refused (the store

@@ -12,7 +12,8 @@ decides what it holds.
   instead of spinning in SQLite's busy handler; other processes wait through the busy
   timeout.
 * ``write_statement()``: exactly one statement, which the database applies atomically on
-  its own; no BEGIN/COMMIT round trips (used for the Postgres append).
+  its own; no BEGIN/COMMIT round trips (used for the append where
+  :meth:`UnitOfWork.appends_in_one_statement`).
 * ``read()``: statements in autocommit mode, each consistent on its own (our reads are
   single statements); ``snapshot()`` gives one consistent snapshot for several statements.
 
@@ -33,6 +34,7 @@ from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import translated_errors
+from .repos import fenced_append
 from .repos.compaction_leases import LeaseRepository
 from .repos.context_states import ContextStateRepository
 from .repos.overview import OverviewRepository
@@ -82,6 +84,7 @@ class UnitOfWork:
         self._memory = target.memory
         sqlite = target.backend == "sqlite"
         self._write_lock = asyncio.Lock() if sqlite else None
+        self._append_view: bool | None = None  # SQLite: revision 0008's view, once seen
         # Engine views sharing one pool and one event dispatch (listeners on `engine` see
         # every statement); each fixes how its connections begin.
         if sqlite:
@@ -98,6 +101,20 @@ class UnitOfWork:
     @property
     def is_postgres(self) -> bool:
         return self.backend == "postgresql"
+
+    async def appends_in_one_statement(self) -> bool:
+        """Whether ``tx.transcript.append_and_touch`` can be one statement here (run it in
+        ``write_statement()`` with ``one_statement=True``) or needs ``write()``: on SQLite
+        it needs RETURNING (3.35.5+) and the view of revision 0008, looked up once (a store
+        opened without migrating may be at an older revision)."""
+        if self.backend == "postgresql":
+            return True
+        if not fenced_append.SQLITE_ONE_STATEMENT:
+            return False
+        if self._append_view is None:
+            async with self.read() as tx:
+                self._append_view = await tx.transcript.has_append_view()
+        return self._append_view
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[Transaction]:

@@ -65,17 +65,23 @@ class HistoryRowOperations(StorageLifecycle):
     ) -> TranscriptEntry:
         """The manager's append: the fence (key, epoch, session id), the insert and the
         session touch (``updated_at``, ``total_tokens + delta``) commit together or not at
-        all. On Postgres this is a single statement."""
+        all, in one statement run in autocommit (docs/semantics.md#fencing); on an SQLite
+        without RETURNING, three statements in a write transaction."""
         check_record("entry", entry, TranscriptEntry)
         check_integer("expected_epoch", expected_epoch)
         check_millis("now", now)
         check_integer("token_delta", token_delta)
         entry.session_key = canonicalize_session_key(entry.session_key)
-        # One statement on Postgres: no BEGIN/COMMIT round trips around it.
-        unit = self.uow.write_statement if self.uow.is_postgres else self.uow.write
+        # One statement: no BEGIN/COMMIT round trips around it.
+        one = await self.uow.appends_in_one_statement()
+        unit = self.uow.write_statement if one else self.uow.write
         async with unit() as tx:
             new_id = await tx.transcript.append_and_touch(
-                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+                entry,
+                expected_epoch=expected_epoch,
+                now=now,
+                token_delta=token_delta,
+                one_statement=one,
             )
         if new_id is None:
             async with self.uow.read() as tx:

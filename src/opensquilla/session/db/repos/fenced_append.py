@@ -4,13 +4,37 @@ An append carries the generation it was meant for: the session row must still ho
 key, epoch and session id, and the insert and the session touch (``updated_at``,
 ``total_tokens + delta``) happen together or not at all. The statements are built once,
 compiled once and bound per call.
+
+Both backends append in one statement, run in autocommit (``uow.write_statement``, one
+round trip or one thread hop): Postgres feeds the INSERT from the fenced UPDATE as a CTE;
+SQLite, which has no DML in a CTE, inserts into the ``transcript_appends`` view, whose
+``INSTEAD OF`` trigger (revision 0008) runs the fenced UPDATE and then the INSERT, or
+nothing. On an SQLite without ``RETURNING`` the append is three statements inside a write
+transaction instead, and so on a database without the view (a store opened without
+migrating, at a revision before 0008): the caller decides (``uow.appends_in_one_statement``)
+and passes ``one_statement``.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
-from sqlalchemy import ColumnElement, Update, bindparam, false, literal, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Update,
+    bindparam,
+    column,
+    false,
+    func,
+    insert,
+    literal,
+    select,
+    table,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection
 
 from ...errors import InvalidInputError
@@ -68,6 +92,29 @@ def _insert_from_fence(touch: Update) -> Any:
 _PG_APPEND = _insert_from_fence(_TOUCH)
 _PG_APPEND_WITH_TOKENS = _insert_from_fence(_TOUCH_WITH_TOKENS)
 
+# SQLite (revision 0008): the view's INSTEAD OF trigger fences, touches and inserts, or
+# raises IGNORE, which abandons the statement and its RETURNING row. So a returned row
+# means inserted, and its value is the new id: the statement holds the write lock and ids
+# are AUTOINCREMENT, so the new row has the table's largest id (``last_insert_rowid()``
+# and the cursor's rowcount do not see through the trigger).
+FENCE_COLUMNS = ("fence_epoch", "touched_at", "token_delta", "tokens_ceiling")
+APPENDS_VIEW = table(
+    "transcript_appends",
+    *(column(c.name, c.type) for c in INSERT_COLUMNS),
+    *(column(name, BigInteger()) for name in FENCE_COLUMNS),
+)
+_SQLITE_APPEND = insert(APPENDS_VIEW).returning(select(func.max(live.c.id)).scalar_subquery())
+
+# RETURNING came with SQLite 3.35.0; its fixes (one on a view's RETURNING among them) with
+# 3.35.1-3.35.5. An older library (Debian 11, Ubuntu 20.04, RHEL 8 system Pythons) appends
+# in three statements in a write transaction. Tests set this to force that path.
+SQLITE_ONE_STATEMENT = sqlite3.sqlite_version_info >= (3, 35, 5)
+
+
+APPEND_VIEW_EXISTS = text(
+    "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name = 'transcript_appends'"
+)
+
 
 def fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
     return {
@@ -104,20 +151,33 @@ def append_and_touch(
     expected_epoch: int,
     now: int,
     token_delta: int,
+    one_statement: bool,
 ) -> int | None:
     """The manager's append: epoch fence, insert and session touch, atomically.
 
     Synchronous, for ``AsyncConnection.run_sync``: the hot path then crosses into
-    SQLAlchemy's asyncio bridge once, not once per statement. Postgres: one statement (the
-    fenced UPDATE as a CTE feeding the INSERT), so it needs no transaction round trips.
-    SQLite: the fenced UPDATE, then the INSERT, inside the caller's write transaction.
-    ``None`` when the fence refused.
+    SQLAlchemy's asyncio bridge once, not once per statement. Postgres always, SQLite with
+    ``one_statement``: one statement, atomic by itself, for autocommit (Postgres: the
+    fenced UPDATE as a CTE feeding the INSERT; SQLite: the insert into the
+    ``transcript_appends`` view). SQLite without: the fenced UPDATE, then the INSERT, inside
+    the caller's write transaction. ``None`` when the fence refused.
     """
     params = touch_params(entry, expected_epoch, now, token_delta)
-    if conn.dialect.name == "postgresql":
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
         params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
         stmt = _PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND
         value = conn.execute(stmt, params).scalar_one_or_none()
+        if value is None and token_delta:
+            _refuse_overflow(conn, params, token_delta)
+        return int(value) if value is not None else None
+    if one_statement:
+        row = values_of(entry, live)
+        row["fence_epoch"] = expected_epoch
+        row["touched_at"] = now
+        row["token_delta"] = token_delta
+        row["tokens_ceiling"] = INT64_MAX - token_delta
+        value = conn.execute(_SQLITE_APPEND, row).scalar_one_or_none()
         if value is None and token_delta:
             _refuse_overflow(conn, params, token_delta)
         return int(value) if value is not None else None

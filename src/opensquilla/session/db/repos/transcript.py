@@ -32,6 +32,7 @@ from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
 from ..tables import transcript_entries as live
 from .fenced_append import (
+    APPEND_VIEW_EXISTS,
     INSERT_COLUMNS,
     INSERT_ENTRY,
     append_and_touch,
@@ -65,7 +66,13 @@ class TranscriptRepository(TranscriptReads):
         self.conn = conn
 
     async def append_and_touch(
-        self, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
+        self,
+        entry: TranscriptEntry,
+        *,
+        expected_epoch: int,
+        now: int,
+        token_delta: int,
+        one_statement: bool,
     ) -> int | None:
         """The manager's append (see ``append_and_touch``): the new row id, or ``None``
         when the fence refused."""
@@ -75,7 +82,12 @@ class TranscriptRepository(TranscriptReads):
             expected_epoch=expected_epoch,
             now=now,
             token_delta=token_delta,
+            one_statement=one_statement,
         )
+
+    async def has_append_view(self) -> bool:
+        """SQLite: whether the ``transcript_appends`` view (revision 0008) is there."""
+        return bool((await self.conn.execute(APPEND_VIEW_EXISTS)).scalar_one())
 
     async def insert(self, entry: TranscriptEntry) -> int:
         result = await self.conn.execute(INSERT_ENTRY, values_of(entry, live))

@@ -1,0 +1,94 @@
+"""PostgreSQL's liveness check on checkout (db/engine.py): a round trip for a connection
+idle for ``PING_AFTER_IDLE_S`` or more, none for one in use a moment ago; a connection the
+server closed is replaced either way, never handed to an operation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.db import engine as engine_module
+
+KEY = "agent:main:ping"
+HANG_GUARD = 60.0
+
+pytestmark = pytest.mark.postgres_only
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    frozen = Clock()
+    monkeypatch.setattr(engine_module, "_monotonic", frozen)
+    return frozen
+
+
+@pytest.fixture
+def pings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    original = asyncpg.Connection.fetchrow
+
+    async def fetchrow(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        if query == ";":
+            seen.append(query)
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "fetchrow", fetchrow)
+    return seen
+
+
+async def test_only_a_connection_idle_for_a_while_is_pinged(
+    database: str, clock: Clock, pings: list[str]
+) -> None:
+    async with SessionStorage(database, pool_size=1, max_overflow=0) as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.create(KEY)
+        pings.clear()
+        for n in range(5):
+            await manager.append_message(KEY, "user", f"busy {n}")
+            clock.now += engine_module.PING_AFTER_IDLE_S / 10
+        assert pings == []
+        clock.now += engine_module.PING_AFTER_IDLE_S
+        await manager.append_message(KEY, "user", "after a pause")
+        assert pings == [";"]
+        assert len(await manager.get_transcript(KEY)) == 6
+
+
+async def test_a_recently_used_connection_the_server_closed_is_replaced(
+    database: str, clock: Clock, pings: list[str]
+) -> None:
+    async with SessionStorage(database, pool_size=1, max_overflow=0) as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.create(KEY)
+        await manager.append_message(KEY, "user", "before")
+        async with storage.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver: Any = raw.driver_connection
+            pid = driver.get_server_pid()
+        admin = await asyncpg.connect(database.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+        deadline = asyncio.get_running_loop().time() + HANG_GUARD
+        while not driver.is_closed():  # the driver has seen the socket close
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        pings.clear()
+        # Used a moment ago, so not pinged: refused on its closed socket, and the one ping
+        # is the replacement's (a new connection's first checkout).
+        entry = await manager.append_message(KEY, "user", "after")
+        assert pings == [";"]
+        assert [e.content for e in await manager.get_transcript(KEY)] == ["before", "after"]
+        assert entry.id is not None
