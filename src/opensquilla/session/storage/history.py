@@ -73,16 +73,18 @@ class HistoryRowOperations(StorageLifecycle):
         check_integer("token_delta", token_delta)
         entry.session_key = canonicalize_session_key(entry.session_key)
         # One statement: no BEGIN/COMMIT round trips around it.
-        one = await self.uow.appends_in_one_statement()
-        unit = self.uow.write_statement if one else self.uow.write
-        async with unit() as tx:
-            new_id = await tx.transcript.append_and_touch(
-                entry,
-                expected_epoch=expected_epoch,
-                now=now,
-                token_delta=token_delta,
-                one_statement=one,
+        if await self.uow.appends_in_one_statement():
+            new_id = await self.uow.append_in_one_statement(
+                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
             )
+        else:
+            async with self.uow.write() as tx:
+                new_id = await tx.transcript.append_and_touch(
+                    entry,
+                    expected_epoch=expected_epoch,
+                    now=now,
+                    token_delta=token_delta,
+                )
         if new_id is None:
             async with self.uow.read() as tx:
                 await _raise_stale(tx, entry, expected_epoch)

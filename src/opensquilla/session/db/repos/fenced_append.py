@@ -5,8 +5,8 @@ key, epoch and session id, and the insert and the session touch (``updated_at``,
 ``total_tokens + delta``) happen together or not at all. The statements are built once,
 compiled once and bound per call.
 
-Both backends append in one statement, run in autocommit (``uow.write_statement``, one
-round trip or one thread hop): Postgres feeds the INSERT from the fenced UPDATE as a CTE;
+Both backends append in one statement, run in autocommit (``uow.append_in_one_statement``,
+one round trip or one thread hop): Postgres feeds the INSERT from the fenced UPDATE as a CTE;
 SQLite, which has no DML in a CTE, inserts into the ``transcript_appends`` view, whose
 ``INSTEAD OF`` trigger (revision 0008) runs the fenced UPDATE and then the INSERT, or
 nothing. On an SQLite without ``RETURNING`` the append is three statements inside a write

@@ -72,17 +72,17 @@ class TranscriptRepository(TranscriptReads):
         expected_epoch: int,
         now: int,
         token_delta: int,
-        one_statement: bool,
     ) -> int | None:
-        """The manager's append (see ``append_and_touch``): the new row id, or ``None``
-        when the fence refused."""
+        """The manager's append in three statements, inside the caller's write transaction
+        (see ``append_and_touch``; the one-statement append is ``uow.append_in_one_statement``):
+        the new row id, or ``None`` when the fence refused."""
         return await self.conn.run_sync(
             append_and_touch,
             entry,
             expected_epoch=expected_epoch,
             now=now,
             token_delta=token_delta,
-            one_statement=one_statement,
+            one_statement=False,
         )
 
     async def has_append_view(self) -> bool:
