@@ -317,3 +317,44 @@ async def test_a_reset_cancelled_while_its_archive_is_written_leaves_no_file(
     monkeypatch.setattr(archive_module, "stage_file", real_stage_file)
     await manager.apply_intent(KEY, SessionIntent.RESET_SAME_KEY)
     assert len(_archive_files(_archive_dir)) == 1
+
+
+async def test_a_reset_cancelled_after_its_commit_still_publishes_its_archive(
+    manager: SessionManager,
+    storage: SessionStorage,
+    _archive_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cancellation that lands after the reset committed, before its archive was renamed
+    into place (the rename not yet started on its thread), must not leave the only copy of
+    the old generation under its hidden name until the store's next start: the rename runs
+    to its end and the cancellation still reaches the caller."""
+    from opensquilla.session.models import SessionIntent
+    from opensquilla.session.usecases import reset as reset_module
+
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "to be archived")
+    old = await manager.get_session(KEY)
+    assert old is not None
+    real_publish = reset_module._publish_archive
+    publishing = asyncio.Event()
+
+    async def publish_after_a_step(file: Any, key: str) -> Any:
+        publishing.set()
+        await asyncio.sleep(0)  # the cancellation lands here, before the rename starts
+        return await real_publish(file, key)
+
+    monkeypatch.setattr(reset_module, "_publish_archive", publish_after_a_step)
+    task = asyncio.create_task(manager.apply_intent(KEY, SessionIntent.RESET_SAME_KEY))
+    await asyncio.wait_for(publishing.wait(), HANG_GUARD)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    renewed = await manager.get_session(KEY)
+    assert renewed is not None and renewed.session_id != old.session_id  # committed
+    assert await _eventually(
+        lambda: asyncio.sleep(
+            0, [name.startswith(".") for name in _archive_files(_archive_dir)] == [False]
+        )
+    ), f"the archive was not published: {_archive_files(_archive_dir)}"

@@ -276,9 +276,9 @@ class Resets:
                 if isinstance(exc, StaleEpochError):
                     continue
                 raise
-            path = None
-            for file in staged:
-                path = await _publish_archive(file, key)
+            # Committed: the archive is renamed into place even if this task is cancelled
+            # now (the shielded rename runs to its end; the cancellation still propagates).
+            path = await asyncio.shield(_publish_all(staged, key))
             return ResetReport(
                 self._generations.remember(renewed), node.session_id, path, archive.stored_id
             )
@@ -320,7 +320,7 @@ class Resets:
                     extra={"session_key": key, "operation": "reset"},
                 )
             elif committed:
-                await _publish_archive(file, key)
+                await asyncio.shield(_publish_archive(file, key))
             else:
                 await asyncio.to_thread(file.discard)
 
@@ -332,6 +332,13 @@ class Resets:
             if node is None:
                 raise SessionNotFoundError(f"Session not found: {key}")
             return await tx.overview.preview_reset(key, node.session_id)
+
+
+async def _publish_all(staged: list[StagedFile], key: str) -> Path | None:
+    path = None
+    for file in staged:
+        path = await _publish_archive(file, key)
+    return path
 
 
 async def _publish_archive(file: StagedFile, key: str) -> Path | None:
