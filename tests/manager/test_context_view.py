@@ -14,7 +14,9 @@ from opensquilla.session import SessionManager, SessionNotFoundError, SessionSto
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.compaction.tokens import entry_tokens, estimate_tokens
 from opensquilla.session.db.repos.summaries import SummaryRepository
+from opensquilla.session.db.repos.transcript import TranscriptRepository
 from opensquilla.session.errors import InvalidInputError
+from opensquilla.session.usecases.context_view import FIRST_BATCH, MAX_BATCH, next_batch
 
 KEY = "agent:main:view"
 CALL = [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]
@@ -140,6 +142,44 @@ async def test_the_read_walks_back_over_several_batches(manager: SessionManager)
     whole = await manager.get_context_view(KEY, max_tokens=400)
     assert [e.id for e in whole.messages] == [e.id for e in live]
     assert whole.truncated is False
+
+
+async def test_batches_are_sized_by_the_messages_already_read(
+    manager: SessionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first batch the read asks for about what the rest of the budget holds, not
+    four times the last batch: a view of ~150 messages reads ~1.25x that many rows."""
+    await manager.create(KEY)
+    for index in range(300):
+        await turn(manager, f"{index:03d} " + "x" * 40)
+    reads: list[tuple[int, int]] = []
+    live_tail = TranscriptRepository.live_tail
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = await live_tail(self, *args, **kwargs)
+        reads.append((args[1], len(rows)))
+        return rows
+
+    monkeypatch.setattr(TranscriptRepository, "live_tail", counted)
+    per_message = entry_tokens((await manager.get_transcript(KEY))[-1].__dict__)
+    view = await manager.get_context_view(KEY, max_tokens=150 * per_message)
+    assert len(view.messages) >= 140 and view.truncated
+    assert reads[0][0] == FIRST_BATCH and len(reads) == 2
+    assert sum(read for _, read in reads) <= 1.3 * len(view.messages) + 2
+
+
+@pytest.mark.parametrize(
+    ("batch", "rows", "used", "budget", "expected"),
+    [
+        (64, 64, 3_200, 8_000, 121),  # 4,800 tokens left at 50 a row: 96, a quarter more
+        (64, 64, 7_990, 8_000, FIRST_BATCH),  # never below the first batch
+        (64, 64, 64, 10**9, MAX_BATCH),  # never above the largest
+        (64, 64, 0, 8_000, 256),  # empty messages cost nothing: grow as before
+        (2_048, 64, 0, 8_000, MAX_BATCH),
+    ],
+)
+def test_next_batch(batch: int, rows: int, used: int, budget: int, expected: int) -> None:
+    assert next_batch(batch, rows, used, budget) == expected
 
 
 async def test_one_snapshot_across_a_concurrent_compaction(

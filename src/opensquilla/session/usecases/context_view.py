@@ -1,11 +1,15 @@
 """The prompt's view of a session: latest summary plus the newest live messages that fit.
 
 One snapshot read (docs/semantics.md#context-view): the session row, its newest summary and
-the live transcript read backwards in growing batches until the budget is spent, so the
-cost follows the budget, not the transcript's length.
+the live transcript read backwards in batches until the budget is spent, so the cost
+follows the budget, not the transcript's length. After the first batch, each is sized by
+the tokens per message seen so far (:func:`next_batch`): a view reads about the rows it
+returns, not up to four times as many.
 """
 
 from __future__ import annotations
+
+import math
 
 from ..compaction.tokens import entry_tokens, estimate_tokens
 from ..compaction.tools import is_tool_result
@@ -17,6 +21,19 @@ from ..storage import SessionStorage
 
 FIRST_BATCH = 64
 MAX_BATCH = 4096
+# Read this much more than the average message size predicts will fit (sizes vary).
+BATCH_MARGIN = 1.25
+
+
+def next_batch(batch: int, rows: int, used: int, budget: int) -> int:
+    """The rows to read next, after ``rows`` messages fitted in ``used`` of ``budget``
+    tokens: what the rest of the budget holds at their average size, with a margin, from
+    :data:`FIRST_BATCH` to :data:`MAX_BATCH`; four times ``batch`` while messages cost
+    nothing (empty ones). Only the number of statements depends on it, never the view."""
+    if rows == 0 or used == 0:
+        return min(batch * 4, MAX_BATCH)
+    wanted = math.ceil((budget - used) * rows / used * BATCH_MARGIN) + 1
+    return max(FIRST_BATCH, min(wanted, MAX_BATCH))
 
 
 def turn_start(entries: list[TranscriptEntry]) -> int:
@@ -62,7 +79,7 @@ async def context_view(storage: SessionStorage, session_key: str, max_tokens: in
                 break
             assert rows[0].id is not None
             before = (rows[0].created_at, rows[0].id)
-            batch = min(batch * 4, MAX_BATCH)
+            batch = next_batch(batch, len(fitted), used, budget)
     fitted.reverse()
     messages = [entry for entry, _ in fitted]
     start = turn_start(messages) if truncated else 0
@@ -80,4 +97,4 @@ async def context_view(storage: SessionStorage, session_key: str, max_tokens: in
     )
 
 
-__all__ = ["context_view", "turn_start"]
+__all__ = ["context_view", "next_batch", "turn_start"]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from sqlalchemy import (
+    Select,
     Table,
     Text,
     and_,
@@ -140,6 +141,15 @@ def generation_in_use(
     )
 
 
+@functools.cache
+def _by_key(dialect_name: str, lock: Lock) -> Select[Any]:
+    """The row of ``:session_key`` (the read of every call by key: built once per shape)."""
+    query = select(*read_columns(sessions, dialect_name)).where(
+        sessions.c.session_key == bindparam("session_key")
+    )
+    return query if lock is None else query.with_for_update(read=lock == "share")
+
+
 class SessionRepository:
     """Statements on ``sessions``, on the connection of one unit of work; never commits."""
 
@@ -149,11 +159,9 @@ class SessionRepository:
         self.conn = conn
 
     async def get(self, key: str, *, lock: Lock = None) -> SessionNode | None:
-        query = select_rows(sessions, self.conn).where(sessions.c.session_key == key)
-        if lock is not None:
-            query = query.with_for_update(read=lock == "share")
-        row = (await self.conn.execute(query)).first()
-        return to_model(SessionNode, row, self.conn.dialect.name) if row is not None else None
+        dialect = self.conn.dialect.name
+        row = (await self.conn.execute(_by_key(dialect, lock), {"session_key": key})).first()
+        return to_model(SessionNode, row, dialect) if row is not None else None
 
     async def insert_new(self, node: SessionNode) -> bool:
         """Insert ``node``; ``False`` (and no change) when the key is already taken."""

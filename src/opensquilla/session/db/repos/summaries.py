@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import Select, bindparam, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionSummary
-from ..rows import select_rows, to_model, to_models, values_of
+from ..rows import read_columns, select_rows, to_model, to_models, values_of
 from ..sql import lock_key
 from ..tables import session_summaries as summaries
 
@@ -58,14 +59,9 @@ class SummaryRepository:
         return to_models(SessionSummary, self.conn.dialect.name, await self.conn.execute(query))
 
     async def latest(self, session_id: str) -> SessionSummary | None:
-        query = (
-            select_rows(summaries, self.conn)
-            .where(summaries.c.session_id == session_id)
-            .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
-            .limit(1)
-        )
-        row = (await self.conn.execute(query)).first()
-        return to_model(SessionSummary, row, self.conn.dialect.name) if row is not None else None
+        dialect = self.conn.dialect.name
+        row = (await self.conn.execute(_latest(dialect), {"session_id": session_id})).first()
+        return to_model(SessionSummary, row, dialect) if row is not None else None
 
     async def text_lengths(self, session_id: str) -> list[int]:
         query = select(func.length(summaries.c.summary_text)).where(
@@ -130,3 +126,14 @@ class SummaryRepository:
 
     async def delete_for_session(self, session_id: str) -> None:
         await self.conn.execute(summaries.delete().where(summaries.c.session_id == session_id))
+
+
+@functools.cache
+def _latest(dialect_name: str) -> Select[Any]:
+    """The newest summary of ``:session_id`` (read on every context view: built once)."""
+    return (
+        select(*read_columns(summaries, dialect_name))
+        .where(summaries.c.session_id == bindparam("session_id"))
+        .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
+        .limit(1)
+    )

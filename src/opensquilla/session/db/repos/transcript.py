@@ -7,12 +7,16 @@ rows in that order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
+    Integer,
     Select,
+    bindparam,
     delete,
     func,
     literal,
@@ -26,7 +30,14 @@ from ...models import (
     CompactedTranscriptEntry,
     TranscriptEntry,
 )
-from ..rows import TRANSCRIPT_COLUMNS, pinned_session_id, select_rows, to_models, values_of
+from ..rows import (
+    TRANSCRIPT_COLUMNS,
+    pinned_session_id,
+    read_columns,
+    select_rows,
+    to_models,
+    values_of,
+)
 from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
@@ -55,6 +66,25 @@ def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
     if limit is not None:
         query = query.limit(limit)
     return query
+
+
+@functools.cache
+def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
+    """The statement of :meth:`TranscriptRepository.live_tail` (built once per shape: the
+    per-turn reads bind their values); binds ``session_id``, ``tail_limit`` and, ``bounded``,
+    ``before_created_at`` and ``before_id``."""
+    query = select(*read_columns(live, dialect_name)).where(
+        live.c.session_id == bindparam("session_id")
+    )
+    if bounded:
+        bound = tuple_(
+            bindparam("before_created_at", type_=BigInteger),
+            bindparam("before_id", type_=BigInteger),
+        )
+        query = query.where(tuple_(live.c.created_at, live.c.id) < bound)
+    return query.order_by(live.c.created_at.desc(), live.c.id.desc()).limit(
+        bindparam("tail_limit", type_=Integer)
+    )
 
 
 class TranscriptRepository(TranscriptReads):
@@ -135,11 +165,12 @@ class TranscriptRepository(TranscriptReads):
     ) -> list[TranscriptEntry]:
         """The newest ``limit`` live rows (before ``before`` = (created_at, id) if given),
         oldest first: a backward range scan of ``(session_id, created_at, id)``."""
-        query = select_rows(live, self.conn).where(live.c.session_id == session_id)
+        dialect = self.conn.dialect.name
+        values: dict[str, Any] = {"session_id": session_id, "tail_limit": limit}
         if before is not None:
-            query = query.where(tuple_(live.c.created_at, live.c.id) < tuple_(*before))
-        query = query.order_by(live.c.created_at.desc(), live.c.id.desc()).limit(limit)
-        rows = to_models(TranscriptEntry, self.conn.dialect.name, await self.conn.execute(query))
+            values["before_created_at"], values["before_id"] = before
+        query = _live_tail(dialect, before is not None)
+        rows = to_models(TranscriptEntry, dialect, await self.conn.execute(query, values))
         rows.reverse()
         return rows
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
     Column,
     ColumnElement,
     Integer,
@@ -64,7 +65,7 @@ archive_counts = Table(
 )
 
 
-def _archive_as_transcript(session_id: str, dialect_name: str) -> Select[Any]:
+def _archive_as_transcript(session_id: Any, dialect_name: str) -> Select[Any]:
     """Archive rows shaped like live rows, ``id`` being the id they had when live."""
     by_name = {column.key: column for column in read_columns(archive, dialect_name)}
     columns: list[ColumnElement[Any]] = []
@@ -194,28 +195,11 @@ class TranscriptReads:
         sorts ``NULL``.
         """
         dialect = self.conn.dialect.name
-        live_rows = select(*read_columns(live, dialect)).where(live.c.session_id == session_id)
-        archive_rows = _archive_as_transcript(session_id, dialect)
-        live_key = (live.c.created_at, live.c.id)
-        archive_key = (archive.c.created_at, archive.c.original_entry_id, archive.c.id)
+        values: dict[str, Any] = {"session_id": session_id, "window_limit": limit}
         if position is not None:
-            bound = tuple_(*position)
-            if forward:
-                live_rows = live_rows.where(tuple_(*live_key) > bound)
-                archive_rows = archive_rows.where(tuple_(*archive_key[:2]) > bound)
-            else:
-                live_rows = live_rows.where(tuple_(*live_key) < bound)
-                archive_rows = archive_rows.where(tuple_(*archive_key[:2]) < bound)
-        sides = [
-            rows.order_by(*(c.asc() if forward else c.desc() for c in key)).limit(limit)
-            for rows, key in ((live_rows, live_key), (archive_rows, archive_key))
-        ]
-        merged = union_all(*(select(side.subquery()) for side in sides)).subquery("window")
-        order = (merged.c.created_at, merged.c.id)
-        query = (
-            select(merged).order_by(*(c.asc() if forward else c.desc() for c in order)).limit(limit)
-        )
-        return to_models(TranscriptEntry, dialect, await self.conn.execute(query))
+            values["position_created_at"], values["position_id"] = position
+        query = _canonical_window(dialect, forward, position is not None)
+        return to_models(TranscriptEntry, dialect, await self.conn.execute(query, values))
 
     async def coverage(self, session_id: str) -> CanonicalTranscriptCoverage:
         """Whether the generation ``session_id`` has its whole canonical transcript
@@ -223,43 +207,8 @@ class TranscriptReads:
         of its archived rows per compaction (:data:`archive_counts`), in one statement:
         one probe per summary and per compaction, never a count of archived rows.
         ``(False, 0, False)`` when no row has that id."""
-        s = sessions.c
-        counts = archive_counts.c
-        mine = summaries.c.session_id == session_id
-        counted_here = counts.session_id == session_id
-        matching = (
-            select(counts.archived)
-            .where(counted_here, counts.compaction_id == summaries.c.compaction_id)
-            .scalar_subquery()
-        )
-        mismatched = (
-            (summaries.c.compaction_id.is_(None))
-            | ((summaries.c.removed_count == 0) & (summaries.c.covered_through_id > 0))
-            | (func.coalesce(matching, 0) != summaries.c.removed_count)
-        )
-
-        def total(column: Any, *where: ColumnElement[bool]) -> Any:
-            return select(func.coalesce(func.sum(column), 0)).where(*where).scalar_subquery()
-
-        query = select(
-            case((s.compaction_count > 0, s.compaction_count), else_=0).label("compactions"),
-            s.forked_from_parent,
-            s.schema_version,
-            select(func.count())
-            .select_from(summaries)
-            .where(mine)
-            .scalar_subquery()
-            .label("summaries"),
-            total(summaries.c.removed_count, mine).label("removed"),
-            total(counts.archived, counted_here).label("archived"),
-            total(counts.unlinked, counted_here).label("unlinked"),
-            select(func.count())
-            .select_from(summaries)
-            .where(mine, mismatched)
-            .scalar_subquery()
-            .label("mismatched"),
-        ).where(s.session_id == session_id)
-        row = (await self.conn.execute(query)).first()
+        query = _coverage_query()
+        row = (await self.conn.execute(query, {"session_id": session_id})).first()
         if row is None:
             return CanonicalTranscriptCoverage(False, 0, False)
         compacted = int(row.compactions)
@@ -275,6 +224,84 @@ class TranscriptReads:
             and int(row.mismatched) == 0
         )
         return CanonicalTranscriptCoverage(complete, compacted, forked)
+
+
+# The statements of the per-turn reads are built once per shape, their values bound per
+# call: building one (subqueries, a UNION, their column proxies) and computing its cache key
+# cost more than running it on a page of 100 rows.
+
+
+@functools.cache
+def _canonical_window(dialect_name: str, forward: bool, bounded: bool) -> Select[Any]:
+    """The statement of :meth:`TranscriptReads.canonical_window` for one shape; binds
+    ``session_id``, ``window_limit`` and, ``bounded``, ``position_created_at`` and
+    ``position_id``."""
+    session_id: BindParameter[str] = bindparam("session_id")
+    limit = bindparam("window_limit", type_=Integer)
+    live_rows = select(*read_columns(live, dialect_name)).where(live.c.session_id == session_id)
+    archive_rows = _archive_as_transcript(session_id, dialect_name)
+    live_key = (live.c.created_at, live.c.id)
+    archive_key = (archive.c.created_at, archive.c.original_entry_id, archive.c.id)
+    if bounded:
+        bound = tuple_(
+            bindparam("position_created_at", type_=BigInteger),
+            bindparam("position_id", type_=BigInteger),
+        )
+        if forward:
+            live_rows = live_rows.where(tuple_(*live_key) > bound)
+            archive_rows = archive_rows.where(tuple_(*archive_key[:2]) > bound)
+        else:
+            live_rows = live_rows.where(tuple_(*live_key) < bound)
+            archive_rows = archive_rows.where(tuple_(*archive_key[:2]) < bound)
+    sides = [
+        rows.order_by(*(c.asc() if forward else c.desc() for c in key)).limit(limit)
+        for rows, key in ((live_rows, live_key), (archive_rows, archive_key))
+    ]
+    merged = union_all(*(select(side.subquery()) for side in sides)).subquery("window")
+    order = (merged.c.created_at, merged.c.id)
+    return select(merged).order_by(*(c.asc() if forward else c.desc() for c in order)).limit(limit)
+
+
+@functools.cache
+def _coverage_query() -> Select[Any]:
+    """The statement of :meth:`TranscriptReads.coverage`; binds ``session_id``."""
+    session_id: BindParameter[str] = bindparam("session_id")
+    s = sessions.c
+    counts = archive_counts.c
+    mine = summaries.c.session_id == session_id
+    counted_here = counts.session_id == session_id
+    matching = (
+        select(counts.archived)
+        .where(counted_here, counts.compaction_id == summaries.c.compaction_id)
+        .scalar_subquery()
+    )
+    mismatched = (
+        (summaries.c.compaction_id.is_(None))
+        | ((summaries.c.removed_count == 0) & (summaries.c.covered_through_id > 0))
+        | (func.coalesce(matching, 0) != summaries.c.removed_count)
+    )
+
+    def total(column: Any, *where: ColumnElement[bool]) -> Any:
+        return select(func.coalesce(func.sum(column), 0)).where(*where).scalar_subquery()
+
+    return select(
+        case((s.compaction_count > 0, s.compaction_count), else_=0).label("compactions"),
+        s.forked_from_parent,
+        s.schema_version,
+        select(func.count())
+        .select_from(summaries)
+        .where(mine)
+        .scalar_subquery()
+        .label("summaries"),
+        total(summaries.c.removed_count, mine).label("removed"),
+        total(counts.archived, counted_here).label("archived"),
+        total(counts.unlinked, counted_here).label("unlinked"),
+        select(func.count())
+        .select_from(summaries)
+        .where(mine, mismatched)
+        .scalar_subquery()
+        .label("mismatched"),
+    ).where(s.session_id == session_id)
 
 
 @functools.cache
