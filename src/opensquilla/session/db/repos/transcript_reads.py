@@ -155,22 +155,10 @@ class TranscriptReads:
         ``created_at`` and ``original_entry_id``. One statement; each test is an index probe."""
         if not positions:
             return []
-        tests = [
-            (
-                exists().where(
-                    live.c.session_id == session_id,
-                    live.c.created_at == created_at,
-                    live.c.id == row_id,
-                )
-                | exists().where(
-                    archive.c.session_id == session_id,
-                    archive.c.created_at == created_at,
-                    archive.c.original_entry_id == row_id,
-                )
-            ).label(f"named_{n}")
-            for n, (created_at, row_id) in enumerate(positions)
-        ]
-        row = (await self.conn.execute(select(*tests))).one()
+        values: dict[str, Any] = {"session_id": session_id}
+        for n, (created_at, row_id) in enumerate(positions):
+            values[f"created_at_{n}"], values[f"id_{n}"] = created_at, row_id
+        row = (await self.conn.execute(_named_positions(len(positions)), values)).one()
         return [bool(value) for value in row]
 
     async def canonical_window(
@@ -229,6 +217,27 @@ class TranscriptReads:
 # The statements of the per-turn reads are built once per shape, their values bound per
 # call: building one (subqueries, a UNION, their column proxies) and computing its cache key
 # cost more than running it on a page of 100 rows.
+
+
+@functools.lru_cache(maxsize=8)
+def _named_positions(count: int) -> Select[Any]:
+    """The statement of :meth:`TranscriptReads.named_positions` for ``count`` positions;
+    binds ``session_id``, ``created_at_<n>`` and ``id_<n>``."""
+    session_id: BindParameter[str] = bindparam("session_id")
+
+    def named(n: int) -> ColumnElement[bool]:
+        created_at = bindparam(f"created_at_{n}", type_=BigInteger)
+        row_id = bindparam(f"id_{n}", type_=BigInteger)
+        return exists().where(
+            live.c.session_id == session_id, live.c.created_at == created_at, live.c.id == row_id
+        ) | exists().where(
+            archive.c.session_id == session_id,
+            archive.c.created_at == created_at,
+            archive.c.original_entry_id == row_id,
+        )
+
+    tests: list[Any] = [named(n).label(f"named_{n}") for n in range(count)]
+    return select(*tests)
 
 
 @functools.cache
