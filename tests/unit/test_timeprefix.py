@@ -7,11 +7,13 @@ stamped twice, nor onto empty or JSON content.
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import pytest
 
+from opensquilla.session.support import timeprefix
 from opensquilla.session.support.timeprefix import (
     format_prefix,
     needs_prefix,
@@ -108,3 +110,93 @@ def test_zone_resolution_order(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENSQUILLA_TIMEZONE", "  ")
     assert resolve_timezone(None) == ZoneInfo("Asia/Tokyo")
     assert stamp("x", now=NOW).startswith("[2026-11-29T22:36+09:00 Sun JST]\n")
+
+
+def _format_prefix_before(moment: datetime) -> str:
+    """The format as it was written first (four strftime calls): the reference."""
+    zone = moment.tzname() or time.strftime("%Z") or "UTC"
+    return (
+        f"[{moment.strftime('%Y-%m-%dT%H:%M')}{moment.strftime('%z')[:3]}:"
+        f"{moment.strftime('%z')[3:]} {moment.strftime('%a')} {zone}]"
+    )
+
+
+MOMENTS = [
+    NOW,
+    datetime(2026, 3, 29, 1, 30, tzinfo=UTC),  # Europe's spring change
+    datetime(2026, 10, 25, 0, 59, 59, tzinfo=UTC),
+    datetime(1900, 1, 1, 12, 0, tzinfo=UTC),  # local mean times: offsets with seconds
+    datetime(1850, 6, 15, 23, 59, tzinfo=UTC),
+    datetime(999, 12, 31, 23, 59, tzinfo=UTC),
+]
+
+
+def test_format_prefix_is_the_reference_format_in_every_zone() -> None:
+    """One strftime builds the same text as four did, in every zone the machine knows, at
+    moments whose offsets have seconds or fall on a change, and for a naive datetime."""
+    zones = sorted(available_timezones())
+    assert len(zones) > 300
+    for name in zones:
+        zone = ZoneInfo(name)
+        for moment in MOMENTS:
+            local = moment.astimezone(zone)
+            assert format_prefix(local) == _format_prefix_before(local), (name, moment)
+    naive = datetime(2026, 11, 29, 13, 36)
+    assert format_prefix(naive) == _format_prefix_before(naive)
+
+
+def test_stamp_follows_zone_settings_changed_between_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resolved zone is remembered by the settings' values: a changed variable (or
+    explicit zone) is honoured on the very next call."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert stamp("x", now=NOW).startswith("[2026-11-29T22:36+09:00 Sun JST]\n")
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert stamp("x", now=NOW).startswith("[2026-11-29T08:36-05:00 Sun EST]\n")
+    monkeypatch.setenv("OPENSQUILLA_TIMEZONE", "Asia/Kolkata")
+    assert stamp("x", now=NOW).startswith("[2026-11-29T19:06+05:30 Sun IST]\n")
+    assert stamp("x", timezone="UTC", now=NOW).startswith("[2026-11-29T13:36+00:00 Sun UTC]\n")
+    monkeypatch.delenv("OPENSQUILLA_TIMEZONE")
+    assert stamp("x", now=NOW).startswith("[2026-11-29T08:36-05:00 Sun EST]\n")
+    assert resolve_timezone(None) == ZoneInfo("America/New_York")
+
+
+def test_a_refused_zone_name_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that did not resolve is not remembered as refused: once it resolves (a zone
+    installed meanwhile), it is used."""
+    real = timeprefix.ZoneInfo
+    installed = False
+
+    def zone_info(name: str) -> ZoneInfo:
+        if name == "Later/Zone":
+            if not installed:
+                raise ZoneInfoNotFoundError(name)
+            return real("Asia/Tokyo")
+        return real(name)
+
+    monkeypatch.setattr(timeprefix, "ZoneInfo", zone_info)
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    assert resolve_timezone("Later/Zone") == ZoneInfo("Europe/Paris")
+    installed = True
+    assert resolve_timezone("Later/Zone") == ZoneInfo("Asia/Tokyo")
+
+
+def test_the_local_zone_is_read_at_each_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no zone named, the prefix shows the process's local zone now: a POSIX ``TZ``
+    that names no zone file, changed between calls (with ``time.tzset``)."""
+    if not hasattr(time, "tzset"):
+        pytest.skip("time.tzset is POSIX only")
+    try:
+        for setting, offset, zone in (("XST-3", "+03:00", "XST"), ("YST7", "-07:00", "YST")):
+            monkeypatch.setenv("TZ", setting)
+            time.tzset()
+            stamped = stamp("x")
+            assert stamped.endswith(f"{offset} {stamped[24:27]} {zone}]\nx"), stamped
+            local = datetime.now().astimezone().tzinfo
+            assert local is not None
+            moment = datetime.strptime(stamped[1:17], "%Y-%m-%dT%H:%M").replace(tzinfo=local)
+            assert stamped == f"{_format_prefix_before(moment)}\nx"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
