@@ -147,3 +147,37 @@ def test_a_key_that_grows_past_the_limit_when_canonical_is_refused() -> None:
         canonicalize_session_key(raw)
     fitting = "agent:" + "İ" * 40 + ":" + "x" * (MAX_SESSION_KEY_LENGTH - 47 - 24)
     assert len(canonicalize_session_key(fitting)) == MAX_SESSION_KEY_LENGTH
+
+
+class _Key(str):
+    """A ``str`` subclass that could compare or hash like another key: never cached."""
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "agent:Main:main",
+        " agent:OPS:x ",
+        "webchat:default",
+        "subagent:agent:A:b",
+        "İ" * 300,
+        "agent:" + "İ" * 300,
+        "a\x00b",
+        "x" * (MAX_SESSION_KEY_LENGTH + 1),
+        "  " + "y" * MAX_SESSION_KEY_LENGTH + "  ",
+        "",
+    ],
+)
+def test_a_remembered_key_gives_what_the_rules_give_every_time(raw: str) -> None:
+    """The canonical form of a plain string is remembered; a repeated call gives the same
+    string, and a refused key is refused again each time with the same message (a str
+    subclass takes the same rules without the cache)."""
+    outcomes = []
+    for key in (raw, raw, _Key(raw), raw):
+        try:
+            outcomes.append(("ok", canonicalize_session_key(key)))
+        except InvalidSessionKeyError as exc:
+            outcomes.append(("refused", str(exc)))
+    assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
+    if outcomes[0][0] == "ok":
+        assert all(type(value) is str for _, value in outcomes)

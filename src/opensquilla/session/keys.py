@@ -6,6 +6,7 @@ store keeps one canonical form so that every spelling reaches the same row.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .errors import InvalidSessionKeyError
@@ -37,8 +38,17 @@ def canonicalize_session_key(key: str) -> str:
     Raises :class:`InvalidSessionKeyError` for a non-string, an over-long key, or a key
     holding NUL or surrogate code points, so such a key never reaches the database.
     """
+    # An append canonicalises its key several times on the way (the call, the entry's
+    # field, the storage): a plain string of a key's size is looked up in a cache of the
+    # pure function below. A refusal is an exception, which the cache never keeps.
+    if type(key) is str and len(key) <= MAX_SESSION_KEY_LENGTH:
+        return _remembered_canonical_key(key)
     if not isinstance(key, str):
         raise InvalidSessionKeyError(f"session key must be a string, not {type(key).__name__}")
+    return _canonical_key(key)
+
+
+def _canonical_key(key: str) -> str:
     text = key.strip()
     if len(text) > MAX_SESSION_KEY_LENGTH:
         raise InvalidSessionKeyError(
@@ -57,6 +67,9 @@ def canonicalize_session_key(key: str) -> str:
             f"{MAX_SESSION_KEY_LENGTH}"
         )
     return canonical
+
+
+_remembered_canonical_key = functools.lru_cache(maxsize=4096)(_canonical_key)
 
 
 def _canonical(text: str) -> str:
