@@ -42,6 +42,8 @@ PROVENANCE_KEYS = (
     "source_channel",
     "source_tool",
 )
+# The entry's provenance fields of an append given none.
+_NO_PROVENANCE: dict[str, Any] = dict.fromkeys(f"provenance_{name}" for name in PROVENANCE_KEYS)
 
 
 def provenance_values(provenance: object) -> dict[str, Any]:
@@ -108,8 +110,16 @@ class Transcripts:
         check_text("role", role, identifier=True, non_empty=True)
         check_optional_text("content", content)
         check_optional_integer("token_count", token_count)
-        chosen = chosen_message_id(message_id, assistant_message_id)
-        origin = provenance_values(provenance)
+        chosen = (
+            None
+            if message_id is None and assistant_message_id is None
+            else chosen_message_id(message_id, assistant_message_id)
+        )
+        if provenance is None:
+            origin = _NO_PROVENANCE
+        else:
+            given = provenance_values(provenance)
+            origin = {f"provenance_{name}": given.get(name) for name in PROVENANCE_KEYS}
         if role == "user" and self._inject_time_prefix and isinstance(content, str):
             content = stamp(content, timezone=self._time_prefix_tz)
         assistant = role == "assistant"
@@ -122,7 +132,7 @@ class Transcripts:
             "turn_usage": turn_usage if assistant else None,
             "turn_context": turn_context,
             "token_count": token_count,
-            **{f"provenance_{name}": origin.get(name) for name in PROVENANCE_KEYS},
+            **origin,
         }
         if chosen is not None:
             fields["message_id"] = chosen
