@@ -24,7 +24,7 @@ from sqlalchemy import event, text
 
 from opensquilla.session import SessionManager, SessionStorage, StaleEpochError
 from opensquilla.session.db.repos import fenced_append
-from opensquilla.session.errors import InvalidInputError
+from opensquilla.session.errors import DatabaseUnavailableError, InvalidInputError
 from opensquilla.session.models import INT64_MAX, TranscriptEntry
 from tests.helpers import table_snapshot
 
@@ -294,3 +294,33 @@ async def test_an_autocommit_append_waits_for_another_writer_and_loses_nothing(
     row = await storage.get_session(KEY)
     assert row is not None and row.total_tokens == 105
     assert [e.id for e in await manager.get_transcript(KEY)] == [entry.id]
+
+
+async def test_a_refused_connection_is_database_unavailable_and_writes_nothing(
+    storage: SessionStorage, one_statement: bool
+) -> None:
+    """When the pool cannot open a connection (the server gone, the file unreachable: an
+    ``OSError`` from the driver), the append raises ``DatabaseUnavailableError`` naming it,
+    on either path, and the next append after the database is back succeeds."""
+    manager = SessionManager(storage, inject_time_prefix=False)
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "before")
+    before = await table_snapshot(storage)
+    refusing = True
+
+    def refuse(*args: Any) -> None:
+        if refusing:
+            raise ConnectionRefusedError("the test refuses every new connection")
+
+    event.listen(storage.engine.sync_engine, "do_connect", refuse)
+    try:
+        await storage.engine.dispose()  # the next checkout must open a new connection
+        with pytest.raises(DatabaseUnavailableError, match="cannot connect to the database"):
+            await manager.append_message(KEY, "user", "refused")
+        refusing = False
+        assert await table_snapshot(storage) == before
+        await manager.append_message(KEY, "user", "after")
+    finally:
+        event.remove(storage.engine.sync_engine, "do_connect", refuse)
+    contents = [entry.content for entry in await manager.get_transcript(KEY)]
+    assert contents == ["before", "after"]

@@ -193,7 +193,7 @@ class UnitOfWork:
             try:
                 conn = await engine.connect()
             except OSError as exc:
-                raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
+                raise _unavailable(exc) from exc
             try:
                 yield conn
             finally:
@@ -216,8 +216,13 @@ def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
     try:
         conn = engine.connect()
     except OSError as exc:
-        raise DatabaseUnavailableError(f"cannot connect to the database: {exc}") from exc
+        raise _unavailable(exc) from exc
     with conn:
         result = work(conn)
         conn.commit()
         return result
+
+
+def _unavailable(exc: OSError) -> DatabaseUnavailableError:
+    """The error for a connection the database refused or never answered (``OSError``)."""
+    return DatabaseUnavailableError(f"cannot connect to the database: {exc}")
