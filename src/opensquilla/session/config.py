@@ -32,6 +32,9 @@ ARCHIVE_DIR_ENV = "OPENSQUILLA_SESSION_ARCHIVE_DIR"
 ARCHIVE_STORE_ENV = "OPENSQUILLA_SESSION_ARCHIVE_STORE"
 ArchiveStore = Literal["files", "database"]
 ARCHIVE_STORES: tuple[ArchiveStore, ...] = get_args(ArchiveStore)
+SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"
+SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+SQLITE_SYNCHRONOUS_LEVELS: tuple[SqliteSynchronous, ...] = get_args(SqliteSynchronous)
 
 
 def opensquilla_home() -> Path:
@@ -71,6 +74,27 @@ def archive_store(setting: str | None = None) -> ArchiveStore:
             f"{given_as} must be one of {', '.join(ARCHIVE_STORES)}, not {value!r}"[:200]
         )
     return value
+
+
+def sqlite_synchronous(setting: object = None) -> SqliteSynchronous:
+    """SQLite's ``PRAGMA synchronous`` for a store's connections: ``setting`` (a storage's
+    ``sqlite_synchronous``, any case), else ``$OPENSQUILLA_SQLITE_SYNCHRONOUS`` (trimmed, any
+    case), else ``FULL``; one of :data:`SQLITE_SYNCHRONOUS_LEVELS`, anything else refused
+    naming where it came from. The variable is read when the storage is created.
+
+    ``FULL`` makes every commit durable across a power loss. ``NORMAL`` (in WAL mode) and
+    ``OFF`` still survive the process being killed, since the operating system holds what
+    was written; they can lose the last commits if the machine itself goes down."""
+    given_as, value = "sqlite_synchronous", setting
+    if setting is None:
+        given_as = f"${SQLITE_SYNCHRONOUS_ENV}"
+        value = os.environ.get(SQLITE_SYNCHRONOUS_ENV, "").strip() or "FULL"
+    level = value.upper() if isinstance(value, str) else None
+    if level not in SQLITE_SYNCHRONOUS_LEVELS:
+        raise ConfigurationError(
+            f"{given_as} must be one of {', '.join(SQLITE_SYNCHRONOUS_LEVELS)}, not {value!r}"[:200]
+        )
+    return level
 
 
 def resolve_dsn(explicit: str | None = None, *, given_as: str = "the DSN") -> str:

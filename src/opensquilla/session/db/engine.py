@@ -20,7 +20,7 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import event
@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.util.concurrency import await_
 
+from ..config import SqliteSynchronous
 from ..errors import ConfigurationError
 from .dsn import StorageTarget, engine_target
 from .engine_options import postgres_connection
@@ -37,8 +38,6 @@ from .pg_schema import connection_settings
 from .sql import SQLITE_UUID_FUNCTION
 from .sqlite_driver import lean_dbapi
 from .types import json_deserializer, json_serializer
-
-SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 # Execution option read by the BEGIN hook: "IMMEDIATE", "DEFERRED" or "NONE" (autocommit).
 BEGIN_OPTION = "opensquilla_begin"

@@ -18,14 +18,14 @@ import os
 import uuid
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, Unpack, get_args
+from typing import TYPE_CHECKING, Self, Unpack
 
-from ..config import ArchiveStore, archive_directory
+from ..config import ArchiveStore, SqliteSynchronous, archive_directory
 from ..config import archive_store as configured_archive_store
+from ..config import sqlite_synchronous as configured_sqlite_synchronous
 from ..db import migrate
 from ..db.dsn import StorageTarget, parse_target, with_schema
 from ..db.engine import (
-    SqliteSynchronous,
     adopt_engine,
     create_engine,
     dispose_engine,
@@ -60,7 +60,7 @@ class StorageLifecycle:
         self,
         target: str | os.PathLike[str] | AsyncEngine = ":memory:",
         *,
-        sqlite_synchronous: SqliteSynchronous = "FULL",
+        sqlite_synchronous: SqliteSynchronous | None = None,
         create: bool = True,
         schema: str | None = None,
         archive_store: ArchiveStore | None = None,
@@ -69,15 +69,10 @@ class StorageLifecycle:
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
-        level = sqlite_synchronous.upper() if isinstance(sqlite_synchronous, str) else None
-        if level not in get_args(SqliteSynchronous):
-            raise ConfigurationError(
-                f"sqlite_synchronous must be one of {', '.join(get_args(SqliteSynchronous))}, "
-                f"not {sqlite_synchronous!r}"[:200]
-            )
+        level = configured_sqlite_synchronous(sqlite_synchronous)
         if not isinstance(create, bool):
             raise ConfigurationError(f"create must be True or False, not {type(create).__name__}")
-        self._sqlite_synchronous: SqliteSynchronous = level  # type: ignore[assignment]
+        self._sqlite_synchronous: SqliteSynchronous = level
         self._create = create
         if engine_options and is_engine(target):
             raise ConfigurationError(
@@ -117,7 +112,7 @@ class StorageLifecycle:
 
     @classmethod
     def from_engine(
-        cls, engine: AsyncEngine, *, sqlite_synchronous: SqliteSynchronous = "FULL"
+        cls, engine: AsyncEngine, *, sqlite_synchronous: SqliteSynchronous | None = None
     ) -> Self:
         """A store on an ``AsyncEngine`` the application already has (the same as
         ``SessionStorage(engine)``): ``close()`` leaves that engine open."""
