@@ -1,12 +1,17 @@
 """The test matrix: ``nox`` runs lint and the whole suite on SQLite and on PostgreSQL.
 
     nox                       # lint, tests(sqlite), tests(postgres), bench (--quick smoke)
+    nox -s "tests(sqlite)"    # only the SQLite half: needs no PostgreSQL
     nox -s "tests(postgres)" -- -k branch
     nox -s contract           # ../shared/spec/run_contract.py on both backends
 
 The Postgres server comes from OPENSQUILLA_TEST_POSTGRES_URL (default: the local server,
 postgresql://postgres@127.0.0.1:5432/postgres). If it does not answer, tests(postgres)
 fails: a missing backend is never a skip.
+
+Virtual environments are made by uv when it is installed (``pip install 'nox[uv]'``), else
+by virtualenv, and reused from one run to the next: every run still installs the project
+and its extras into them, so a changed dependency is picked up.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import nox
 
 nox.options.sessions = ["lint", "tests(sqlite)", "tests(postgres)", "bench"]
 nox.options.error_on_missing_interpreters = True
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SPEC_DIR = Path(__file__).resolve().parent.parent / "shared" / "spec"
@@ -56,6 +63,8 @@ def lint(session: nox.Session) -> None:
     "backend", [nox.param("sqlite", id="sqlite"), nox.param("postgres", id="postgres")]
 )
 def tests(session: nox.Session, backend: str) -> None:
+    """The suite on one backend. Tests that use no database run in the SQLite session
+    only (tests/conftest.py); ``-- -n 0`` runs in one process (for ``pdb``)."""
     session.install("-e", ".[test]")
     env = {"OPENSQUILLA_TEST_DATABASE_URL": ""}
     if backend == "postgres":

@@ -2,11 +2,24 @@
 
 ``OPENSQUILLA_TEST_DATABASE_URL`` unset means SQLite. Set it to a Postgres server URL
 (``postgresql://postgres@127.0.0.1:5432/postgres``) to run the same tests on Postgres: a
-template database is migrated once per run and every test gets its own clone
-(``CREATE DATABASE ... TEMPLATE ...``), dropped afterwards. A Postgres URL whose server does
-not answer is an error, never a skip.
+template database is migrated once per process, and tests get databases from the pools of
+``tests/pg_pool.py`` (reused, put back the way they were handed out, or dropped when a test
+changed their schema). A Postgres URL whose server does not answer is an error, never a skip.
 
 SQLite tests get a copy of a migrated file, so ``connect()`` only confirms the head.
+
+Speed without losing a test:
+
+* Test databases do not wait for the disk: ``$OPENSQUILLA_SQLITE_SYNCHRONOUS`` is ``OFF``
+  (worker processes inherit it) and PostgreSQL databases run with
+  ``synchronous_commit = off``. Tests marked ``durable`` (the kill, crash-point and
+  power-loss style tests) get the store's own defaults: ``FULL`` and a database with the
+  server's setting.
+* A whole-process scenario marked ``once`` (the wheel build, the soak, the process
+  benchmark) runs in one backend's session only.
+* A test that uses no database fixture (it does not depend on ``backend``) runs the same
+  whatever the backend: it is marked ``backend_free`` and runs in the SQLite session only;
+  the PostgreSQL session deselects it (``OPENSQUILLA_TEST_ALL=1`` runs it there too).
 """
 
 from __future__ import annotations
@@ -25,7 +38,13 @@ from sqlalchemy.engine import make_url
 
 from opensquilla.session import SessionManager, SessionStorage
 
+from .pg_pool import PostgresDatabases
+
 DATABASE_URL_ENV = "OPENSQUILLA_TEST_DATABASE_URL"
+SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"
+RUN_ALL_ENV = "OPENSQUILLA_TEST_ALL"
+# Set before any storage is made, so that spawned workers inherit it too.
+os.environ.setdefault(SQLITE_SYNCHRONOUS_ENV, "OFF")
 
 # Property tests: the default ("ci") profile is derandomized (the same examples on every run,
 # on every machine) and keeps no example database, so a run can neither find a new failure
@@ -72,6 +91,9 @@ class Backend:
         self.admin_url = admin_url
         self.workdir = workdir
         self.template: str | None = None
+        self.databases = (
+            PostgresDatabases(_pg_admin_dsn(admin_url)) if admin_url is not None else None
+        )
 
     @property
     def is_postgres(self) -> bool:
@@ -82,55 +104,55 @@ class Backend:
         assert self.admin_url is not None
         return await asyncpg.connect(_pg_admin_dsn(self.admin_url))
 
-    async def create_database(self, template: str | None = None) -> str:
-        name = "osq_t_" + uuid.uuid4().hex[:16]
-        conn = await self.admin()
-        try:
-            clause = f' TEMPLATE "{template}"' if template else ""
-            await conn.execute(f'CREATE DATABASE "{name}"{clause}')
-        finally:
-            await conn.close()
-        return name
-
-    async def drop_database(self, name: str) -> None:
-        conn = await self.admin()
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
     def target_for(self, database: str) -> str:
         assert self.admin_url is not None
         return _pg_target(self.admin_url, database)
 
     # -- both ----------------------------------------------------------------------
     async def prepare_template(self) -> None:
-        if self.is_postgres:
-            self.template = await self.create_database()
+        if self.databases is not None:
+            self.template = await self.databases.take(migrated=False, durable=True)
             storage = SessionStorage(self.target_for(self.template))
         else:
             self.template = str(self.workdir / "template.db")
             storage = SessionStorage(self.template)
         await storage.connect()
         await storage.close()
+        if self.databases is not None:
+            await self.databases.set_template(self.template)
 
-    async def fresh_migrated(self, tmp: Path) -> tuple[str, Callable[[], Awaitable[None]]]:
-        """A new database already at head: (target, cleanup)."""
+    async def fresh_migrated(
+        self, tmp: Path, *, durable: bool = False
+    ) -> tuple[str, Callable[[], Awaitable[None]]]:
+        """A database at head, every table empty but the version tables: (target, cleanup).
+        ``durable``: PostgreSQL's own ``synchronous_commit`` (SQLite's is the storage's)."""
         assert self.template is not None
-        if self.is_postgres:
-            name = await self.create_database(self.template)
-            return self.target_for(name), lambda: self.drop_database(name)
+        if self.databases is not None:
+            return await self._postgres(migrated=True, durable=durable)
         path = tmp / f"sessions-{uuid.uuid4().hex[:8]}.db"
         shutil.copyfile(self.template, path)
         os.chmod(path, 0o600)
         return str(path), _noop
 
-    async def fresh_empty(self, tmp: Path) -> tuple[str, Callable[[], Awaitable[None]]]:
-        """A new, empty database (no tables): (target, cleanup)."""
-        if self.is_postgres:
-            name = await self.create_database()
-            return self.target_for(name), lambda: self.drop_database(name)
+    async def fresh_empty(
+        self, tmp: Path, *, durable: bool = False
+    ) -> tuple[str, Callable[[], Awaitable[None]]]:
+        """A database without any schema of ours: (target, cleanup)."""
+        if self.databases is not None:
+            return await self._postgres(migrated=False, durable=durable)
         return str(tmp / f"empty-{uuid.uuid4().hex[:8]}.db"), _noop
+
+    async def _postgres(
+        self, *, migrated: bool, durable: bool
+    ) -> tuple[str, Callable[[], Awaitable[None]]]:
+        databases = self.databases
+        assert databases is not None
+        name = await databases.take(migrated=migrated, durable=durable)
+        return self.target_for(name), lambda: databases.give_back(name, durable=durable)
+
+    async def close(self) -> None:
+        if self.databases is not None:
+            await self.databases.close()
 
 
 async def _noop() -> None:
@@ -158,9 +180,19 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     else:
         chosen = Backend("sqlite", None, workdir)
     asyncio.run(chosen.prepare_template())
+    _IN_USE.append(chosen)
     yield chosen
-    if chosen.is_postgres and chosen.template is not None:
-        asyncio.run(chosen.drop_database(chosen.template))
+    asyncio.run(chosen.close())
+
+
+_IN_USE: list[Backend] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for used in _IN_USE:
+        if used.databases is not None:
+            counts = ", ".join(f"{n} {what}" for what, n in used.databases.stats.items())
+            terminalreporter.write_line(f"PostgreSQL test databases: {counts}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -175,14 +207,48 @@ def pytest_configure(config: pytest.Config) -> None:
         "revision 0008 and its fallback); deselected, not skipped, when the backend is "
         "PostgreSQL",
     )
+    config.addinivalue_line(
+        "markers",
+        "durable: checks what survives a kill or a crash, so its databases keep the "
+        "store's own durability (SQLite synchronous=FULL, PostgreSQL's synchronous_commit)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "once(backend='sqlite'): a whole-process scenario (a wheel build, a soak) whose cost "
+        "is not in the backend it runs on: it runs in that backend's session only",
+    )
+    config.addinivalue_line(
+        "markers",
+        "backend_free: uses no database fixture, so it runs the same on every backend "
+        "(set by the collection, not by hand); run in the SQLite session only",
+    )
+
+
+def _runs_here(item: pytest.Item, *, on_postgres: bool, run_all: bool) -> bool:
+    other = "sqlite_only" if on_postgres else "postgres_only"
+    if item.get_closest_marker(other) is not None:
+        return False
+    if item.path.parent.name == "reliability":  # its process pool and barriers: one xdist worker
+        item.add_marker(pytest.mark.xdist_group("reliability"))
+    once = item.get_closest_marker("once")
+    if once is not None and not run_all:
+        return once.kwargs.get("backend", "sqlite") == ("postgresql" if on_postgres else "sqlite")
+    if "backend" not in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.backend_free)
+        return run_all or not on_postgres
+    return True
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    other = "sqlite_only" if os.environ.get(DATABASE_URL_ENV, "").strip() else "postgres_only"
-    dropped = [item for item in items if item.get_closest_marker(other) is not None]
+    on_postgres = bool(os.environ.get(DATABASE_URL_ENV, "").strip())
+    run_all = os.environ.get(RUN_ALL_ENV, "").strip() not in ("", "0")
+    keep = {
+        id(item) for item in items if _runs_here(item, on_postgres=on_postgres, run_all=run_all)
+    }
+    dropped = [item for item in items if id(item) not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item.get_closest_marker(other) is None]
+        items[:] = [item for item in items if id(item) in keep]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -191,10 +257,16 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"opensquilla-session test backend: {shown}"
 
 
+def _durable(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker("durable") is not None
+
+
 @pytest.fixture
-async def database(backend: Backend, tmp_path: Path) -> AsyncIterator[str]:
+async def database(
+    backend: Backend, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
     """The target of a fresh database at head, for tests that open storages themselves."""
-    target, cleanup = await backend.fresh_migrated(tmp_path)
+    target, cleanup = await backend.fresh_migrated(tmp_path, durable=_durable(request))
     try:
         yield target
     finally:
@@ -202,9 +274,11 @@ async def database(backend: Backend, tmp_path: Path) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def empty_database(backend: Backend, tmp_path: Path) -> AsyncIterator[str]:
+async def empty_database(
+    backend: Backend, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
     """The target of a fresh, empty database (no schema yet)."""
-    target, cleanup = await backend.fresh_empty(tmp_path)
+    target, cleanup = await backend.fresh_empty(tmp_path, durable=_durable(request))
     try:
         yield target
     finally:
@@ -224,6 +298,13 @@ async def storage(database: str) -> AsyncIterator[SessionStorage]:
 @pytest.fixture
 async def manager(storage: SessionStorage) -> SessionManager:
     return SessionManager(storage, inject_time_prefix=False)
+
+
+@pytest.fixture(autouse=True)
+def _durability(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``durable`` test's SQLite storages (and its workers') commit with FULL."""
+    if _durable(request):
+        monkeypatch.delenv(SQLITE_SYNCHRONOUS_ENV, raising=False)
 
 
 @pytest.fixture(autouse=True)

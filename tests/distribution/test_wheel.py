@@ -16,6 +16,9 @@ import pytest
 
 from opensquilla.session.db import migrate
 
+# Building the wheel and a virtualenv costs the same on any backend: once, on SQLite.
+pytestmark = pytest.mark.once(backend="sqlite")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Runs inside the fresh virtualenv: nothing from the checkout is importable there.

@@ -52,9 +52,12 @@ def spawn_pool(sync_manager: SyncManager) -> Iterator[ProcessPoolExecutor]:
 
 
 @pytest.fixture
-async def templates(backend: Any, tmp_path: Path) -> AsyncIterator[Templates]:
+async def templates(
+    backend: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Templates]:
     """Populated databases to clone, dropped after the test."""
-    templates = Templates(backend, tmp_path)
+    durable = request.node.get_closest_marker("durable") is not None
+    templates = Templates(backend, tmp_path, durable=durable)
     try:
         yield templates
     finally:

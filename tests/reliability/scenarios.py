@@ -133,13 +133,14 @@ class Templates:
     with the template's rows, every id sequence set back) in one transaction.
     """
 
-    def __init__(self, backend: Any, workdir: Path) -> None:
+    def __init__(self, backend: Any, workdir: Path, *, durable: bool = False) -> None:
         self._backend = backend
         self._workdir = workdir
+        self._durable = durable
         self._cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def _fresh(self) -> str:
-        target, cleanup = await self._backend.fresh_migrated(self._workdir)
+        target, cleanup = await self._backend.fresh_migrated(self._workdir, durable=self._durable)
         self._cleanups.append(cleanup)
         return str(target)
 

@@ -14,6 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+# A whole-process scenario: run once, on PostgreSQL (the shared-server deployment it models).
+pytestmark = pytest.mark.once(backend="postgresql")
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "processes.py"
 TIMEOUT = 600.0  # a hang guard: spawning and importing takes seconds per process

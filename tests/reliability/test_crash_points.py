@@ -22,6 +22,9 @@ from tests.helpers import table_snapshot
 
 from .scenarios import OPERATIONS, Template, Templates, is_session_write, listening
 
+# Crash-style tests keep the store's own durability (conftest: ``durable``).
+pytestmark = pytest.mark.durable
+
 CRASHED = (
     "reset",
     "branch_full",

@@ -21,6 +21,10 @@ from opensquilla.session.errors import DatabaseError
 from . import workers
 from .support import HANG_GUARD, admin_dsn, database_name, raw_rows
 
+# A process killed mid-write: what reaches the disk is the point, so the store's own
+# durability (SQLite synchronous=FULL, the server's synchronous_commit) stays on.
+pytestmark = pytest.mark.durable
+
 KEY = "agent:main:survivor"
 KILLED_KEY = "agent:main:never-committed"
 

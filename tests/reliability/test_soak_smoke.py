@@ -21,9 +21,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from opensquilla.session import SessionManager, SessionStorage
+
+# A whole-process scenario: run once, on SQLite (PostgreSQL's writers in several processes
+# are test_processes.py and the process benchmark's).
+pytestmark = pytest.mark.once(backend="sqlite")
 
 ROOT = Path(__file__).resolve().parents[2]
 SOAK = ROOT / "bench" / "soak.py"
