@@ -67,6 +67,12 @@ class StaleGenerationError(StaleEpochError):
     """A whole-row write carried a session generation older than the stored one."""
 
 
+class SessionGenerationChangedError(StaleGenerationError, KeyError):
+    """A generation-checked write (``upsert_session(node, expected_session_id=...)``) found
+    the key's row missing or holding another generation: nothing was written, and the row
+    is never recreated. A ``KeyError``, as upstream HEAD raises."""
+
+
 class DatabaseError(SessionStoreError):
     """The database refused or failed an operation; the driver's error is the ``__cause__``."""
 
@@ -135,6 +141,7 @@ __all__ = [
     "MigrationError",
     "ProtectedFieldError",
     "SessionExistsError",
+    "SessionGenerationChangedError",
     "SessionIdInUseError",
     "SessionKeyConflictError",
     "SessionNotFoundError",
