@@ -16,6 +16,7 @@ from ..compaction import CompactionConfig, CompactionResult, Summarizer
 from ..models import (
     CompactionSourceSnapshot,
     ContextView,
+    PreparedSessionIntent,
     SessionContextState,
     SessionIntent,
     SessionListCursor,
@@ -28,7 +29,7 @@ from ..models import (
 from ..models.reports import DeletionPreview, ResetReport
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import context, overview, repair, retention
+from ..usecases import context, overview, prepared, repair, retention
 from ..usecases.compaction import Compactor
 from ..usecases.compaction_options import (
     CompactionOptions,
@@ -138,6 +139,24 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         :meth:`reset`); ``CONTINUE`` returns the row untouched.
         """
         return await self._lifecycle.apply_intent(session_key, intent, agent_id, create_kwargs)
+
+    async def prepare_intent(
+        self,
+        session_key: str,
+        intent: SessionIntent | str,
+        /,
+        *,
+        agent_id: str = "main",
+        **create_kwargs: Any,
+    ) -> PreparedSessionIntent:
+        """What :meth:`apply_intent` would do, decided and returned without writing
+        (docs/semantics.md#prepared-intents): action ``create`` (a new row), ``reset`` (the
+        next generation of the stored row, ``previous_session_id`` the one it replaces) or
+        ``continue`` (the stored row); ``NEW_CHAT`` on a taken key is the same
+        ``SessionKeyConflictError``."""
+        return await prepared.prepare_intent(
+            self._storage, session_key, intent, agent_id, create_kwargs
+        )
 
     async def list_sessions(
         self,

@@ -14,12 +14,13 @@ from ..models import (
     CanonicalTranscriptCoverage,
     CanonicalTranscriptPage,
     Cursor,
+    PreparedSessionIntent,
     SessionNode,
     SessionStatus,
     TranscriptEntry,
 )
 from ..storage import SessionStorage
-from ..usecases import branching, messages, pages, reads
+from ..usecases import branching, messages, pages, prepared, reads
 from ..usecases.generations import GenerationCache
 from ..usecases.transcript import Transcripts
 
@@ -262,4 +263,25 @@ class TranscriptCalls:
             max_fork_tokens=max_fork_tokens,
             status=status,
             fork_before_message_id=fork_before_message_id,
+        )
+
+    async def prepare_prefix_branch(
+        self,
+        parent_session_key: str,
+        new_session_key: str,
+        *,
+        fork_before_message_id: str,
+        status: SessionStatus | str = SessionStatus.DONE,
+    ) -> PreparedSessionIntent:
+        """The prefix fork :meth:`branch` would write, decided and returned without writing
+        (docs/semantics.md#prepared-intents): action ``fork``, the child row (a resting
+        ``done`` by default) and copies of the parent's canonical rows before the message in
+        ``initial_transcript_entries``. Missing parent or message: the same errors as
+        :meth:`branch`; a taken child key: ``SessionExistsError``."""
+        return await prepared.prepare_prefix_branch(
+            self._storage,
+            parent_session_key,
+            new_session_key,
+            fork_before_message_id=fork_before_message_id,
+            status=status,
         )
