@@ -59,6 +59,13 @@ class MessageNotFoundError(SessionStoreError, KeyError):
     """No transcript entry has this message id."""
 
 
+class TurnOutcomeUnavailableError(SessionStoreError, KeyError):
+    """A fork through a turn (``branch(..., fork_through_turn_id=...)``) needs the turn's
+    terminal outcome, which upstream keeps with its agent tasks, outside this store's
+    tables: refused before anything is written. A ``KeyError``, as upstream's "Completion
+    state not found" when a turn has no task."""
+
+
 class StaleEpochError(SessionStoreError):
     """A write was fenced to an epoch (or generation) that is no longer current."""
 
@@ -148,4 +155,5 @@ __all__ = [
     "SessionStoreError",
     "StaleEpochError",
     "StaleGenerationError",
+    "TurnOutcomeUnavailableError",
 ]
