@@ -931,6 +931,7 @@ MANAGER_READS = {
     # Plans: decided from one read and returned, nothing written (test_prepared_intents.py).
     "prepare_intent",
     "prepare_prefix_branch",
+    "get_latest_context_state",
 }
 MANAGER_WRITES = {
     "create": SESSION_CASES,
@@ -1058,6 +1059,7 @@ USECASE_READS = {
     "session_archive.capture_session_archive",
     "context.context_records",
     "context_records.read_rolling_context",
+    "context.latest_state",
     "prepared.prepare_intent",
     "prepared.prepare_prefix_branch",
     # Reads and refuses, before branch's transaction (test_branching.py).

@@ -262,6 +262,21 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         """States of the key (``[]`` for an unknown key)."""
         return await context.states(self._storage, session_key, provider, state_kind, valid_only)
 
+    async def get_latest_context_state(
+        self,
+        session_key: str,
+        provider: str | None = None,
+        *,
+        state_kind: str | None = None,
+    ) -> SessionContextState | None:
+        """The current generation's context state to replay to ``provider``: the newest
+        usable one (valid, unexpired, a dict payload) that is the provider's own or portable
+        (docs/semantics.md#provider-states); ``None`` if there is none. ``SessionNotFoundError``
+        for a missing key."""
+        return await context.latest_state(
+            self._storage, self._generations, session_key, provider, state_kind
+        )
+
     async def invalidate_context_states(
         self,
         session_key: str,
