@@ -131,7 +131,7 @@ def entry_turn_id(entry: TranscriptEntry) -> str | None:
     """The turn a row belongs to: its ``turn_context["turn_id"]``, stripped, if any."""
     context = entry.turn_context
     value = context.get("turn_id") if isinstance(context, dict) else None
-    return value.strip() or None if isinstance(value, str) else None
+    return (value.strip() or None) if isinstance(value, str) else None
 
 
 async def refuse_fork_through_turn(
