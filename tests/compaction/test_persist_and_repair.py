@@ -3,7 +3,10 @@ compactions whose memory flush went wrong (§10.2-10.3). Both backends."""
 
 from __future__ import annotations
 
+import pytest
+
 from opensquilla.session import SessionManager, SessionStorage, SessionSummary
+from opensquilla.session.errors import InvalidInputError
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:inline"
@@ -78,7 +81,7 @@ async def test_positional_persist_archives_the_prefix(
 
 
 async def test_kept_dict_matching_the_live_row_reuses_it(manager: SessionManager) -> None:
-    """Same role and content at the same position: the row stays as it is, id included."""
+    """Same role at the same position: the row stays as it is, id included."""
     ids = await four_messages(manager)
     before = await manager.get_transcript(KEY)
 
@@ -99,6 +102,66 @@ async def test_kept_dict_matching_the_live_row_reuses_it(manager: SessionManager
         "msg 2",
         "msg 3",
     ]
+
+
+async def test_the_same_role_keeps_the_stored_row_and_its_metadata(
+    manager: SessionManager,
+) -> None:
+    """Upstream HEAD matches a kept dict to the live row at its position by role alone:
+    the dicts a compactor returns are its replay view of the rows (silent replies blanked,
+    no turn context, provenance or reasoning), so the stored row, every column of it, is
+    what stays. (The older store also compared the content, and replaced such a row with a
+    bare copy of the dict; the contract has no case where the two differ.)"""
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "old question", token_count=5)
+    await manager.append_message(KEY, "assistant", "old answer", token_count=5)
+    question = await manager.append_message(
+        KEY,
+        "user",
+        "what now?",
+        turn_context={"turn_id": "t-2", "input_mode": "chat"},
+        provenance={"kind": "inter_session", "source_session_key": "agent:main:other"},
+    )
+    answer = await manager.append_message(
+        KEY,
+        "assistant",
+        "NO_REPLY",
+        tool_calls=[{"type": "tool_use", "tool_use_id": "call-1", "name": "run"}],
+        reasoning_content="thinking",
+        turn_usage={"input_tokens": 3},
+        turn_context={"turn_id": "t-2", "run_kind": "heartbeat"},
+    )
+    before = await manager.get_transcript(KEY)
+
+    written = await manager.persist_compaction_result(
+        KEY,
+        "condensed",
+        [
+            {"role": "user", "content": "[replay view] what now?"},
+            {"role": "assistant", "content": ""},  # the silent reply, blanked for replay
+        ],
+    )
+
+    assert written is True
+    assert await manager.get_transcript(KEY) == before[2:]
+    assert [e.message_id for e in before[2:]] == [question.message_id, answer.message_id]
+    canonical = await manager.get_canonical_transcript(KEY)
+    assert [e.content for e in canonical] == ["old question", "old answer", "what now?", "NO_REPLY"]
+    (summary,) = await manager.get_summaries(KEY)
+    assert (summary.removed_count, summary.kept_count) == (2, 2)
+
+
+async def test_a_kept_dict_is_checked_even_where_the_row_stays(
+    manager: SessionManager, storage: SessionStorage
+) -> None:
+    """A bad value in a dict whose row is kept as it is still refuses the call."""
+    await four_messages(manager)
+    before = await table_snapshot(storage)
+    with pytest.raises(InvalidInputError, match="tool_calls"):
+        await manager.persist_compaction_result(
+            KEY, "condensed", [{"role": "user", "content": "x", "tool_calls": "call"}]
+        )
+    assert await table_snapshot(storage) == before
 
 
 async def test_a_mismatch_replaces_only_its_position(manager: SessionManager) -> None:

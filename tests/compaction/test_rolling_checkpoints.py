@@ -1,6 +1,6 @@
 """Rolling checkpoints and the active compaction context (HEAD-FEATURES §5.6,
 docs/semantics.md#rolling-checkpoints): ``CompactionConfig.rolling_checkpoints`` (default
-off, the contract's independent summaries) folds the checkpoints in force into one
+on, as upstream HEAD; off: independent summaries) folds the checkpoints in force into one
 replacement summary; :func:`build_compaction_context_records` says which are in force; the
 commit re-checks them (``stale_context_state``). Storage-touching tests run on both
 backends."""
@@ -35,7 +35,7 @@ from tests.helpers import table_snapshot
 KEY = "agent:main:rolling"
 WINDOW = 1000  # rows of 200 tokens: each compaction keeps the newest two
 ROLLING = CompactionConfig(rolling_checkpoints=True)
-PLAIN = CompactionConfig()
+PLAIN = CompactionConfig(rolling_checkpoints=False)
 
 
 async def append_rows(manager: SessionManager, label: str, count: int = 10) -> None:
@@ -314,6 +314,25 @@ async def test_a_model_is_handed_the_checkpoint_and_folds_it(manager: SessionMan
     assert second.summary_payload["source_coverage"]["replaces_prior_context"] is True
     [record] = await manager.get_compaction_context_records(KEY)
     assert record.compaction_id == (await manager.get_summaries(KEY))[-1].compaction_id
+
+
+async def test_rolling_is_the_default(manager: SessionManager) -> None:
+    """No config, or ``CompactionConfig()``: the second compaction folds the first's
+    checkpoint (upstream HEAD's behaviour; the contract passes either way, docs/semantics.md
+    #rolling-checkpoints says why it is the default)."""
+    assert CompactionConfig().rolling_checkpoints is True
+    await manager.create(KEY)
+    await append_rows(manager, "first")
+    first = await manager.compact_with_result(KEY, WINDOW)
+    await append_rows(manager, "second")
+
+    second = await manager.compact_with_result(KEY, WINDOW)
+
+    assert first.removed_count > 0 and second.removed_count > 0
+    assert second.summary.startswith(ROLLING_HEADER)
+    assert second.summary_payload is not None
+    assert second.summary_payload["source_coverage"]["replaces_prior_context"] is True
+    assert len(await manager.get_compaction_context_records(KEY)) == 1
 
 
 async def test_without_the_switch_a_model_never_sees_a_checkpoint(

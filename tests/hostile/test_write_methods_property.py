@@ -928,6 +928,10 @@ MANAGER_READS = {
     "search_transcript",
     "search_transcript_like",
     "search_sessions_by_title",
+    # Plans: decided from one read and returned, nothing written (test_prepared_intents.py).
+    "prepare_intent",
+    "prepare_prefix_branch",
+    "get_latest_context_state",
 }
 MANAGER_WRITES = {
     "create": SESSION_CASES,
@@ -1055,6 +1059,11 @@ USECASE_READS = {
     "session_archive.capture_session_archive",
     "context.context_records",
     "context_records.read_rolling_context",
+    "context.latest_state",
+    "prepared.prepare_intent",
+    "prepared.prepare_prefix_branch",
+    # Reads and refuses, before branch's transaction (test_branching.py).
+    "branching.refuse_fork_through_turn",
     # What the manager's write_session_archive runs (see MANAGER_READS above).
     "session_archive.write_session_archive",
 }

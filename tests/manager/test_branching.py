@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db.rows import values_of
 from opensquilla.session.db.tables import session_summaries
-from opensquilla.session.errors import MessageNotFoundError, SessionExistsError
+from opensquilla.session.errors import (
+    InvalidInputError,
+    MessageNotFoundError,
+    SessionExistsError,
+    SessionNotFoundError,
+    TurnOutcomeUnavailableError,
+)
 from opensquilla.session.models import (
     CompactedTranscriptEntry,
     SessionContextState,
@@ -602,3 +613,157 @@ async def test_branch_onto_itself_is_refused(
         await manager.branch(PARENT, "agent:Main:parent", fork_transcript=True)
 
     assert await table_snapshot(storage) == before
+
+
+# -- display name, mutation_context, fork_through_turn_id (HEAD-FEATURES §1.4, §7) ---------
+
+
+async def test_branch_names_the_child(manager: SessionManager) -> None:
+    await manager.create(PARENT, display_name="parent name")
+    named = await manager.branch(PARENT, CHILD, display_name="Forked chat")
+    unnamed = await manager.branch(PARENT, "agent:main:unnamed")
+    assert named.display_name == "Forked chat"
+    assert (await manager.get_session(CHILD)) == named
+    assert unnamed.display_name is None  # branch names a child only when asked (HEAD)
+
+
+async def test_mutation_context_is_held_for_the_whole_copy(manager: SessionManager) -> None:
+    """Entered before the parent is read, left after the child and its rows are
+    committed: what a lock shared with compaction needs."""
+    await manager.create(PARENT)
+    for index in range(3):
+        await manager.append_message(PARENT, "user", f"row {index}")
+    seen: list[tuple[str, int | None]] = []
+
+    @contextlib.asynccontextmanager
+    async def recording() -> AsyncIterator[None]:
+        seen.append(("enter", await _child_rows(manager)))
+        yield
+        seen.append(("exit", await _child_rows(manager)))
+
+    await manager.branch(PARENT, CHILD, fork_transcript=True, mutation_context=recording)
+
+    assert seen == [("enter", None), ("exit", 3)]
+
+
+async def _child_rows(manager: SessionManager) -> int | None:
+    if await manager.get_session(CHILD) is None:
+        return None
+    return len(await manager.get_transcript(CHILD))
+
+
+async def test_a_compaction_sharing_the_lock_waits_for_the_fork(manager: SessionManager) -> None:
+    """Upstream's test: with the parent's lock as ``mutation_context`` a compaction that
+    takes the same lock waits until the fork has copied the parent's rows, so the child
+    holds all of them, raw."""
+    await manager.create(PARENT)
+    for index in range(4):
+        await manager.append_message(PARENT, "user", f"row {index} " + "w" * 800, token_count=200)
+    lock = asyncio.Lock()
+    order: list[str] = []
+    branch_holds_lock = asyncio.Event()
+    release_branch = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def branch_lock() -> AsyncIterator[None]:
+        async with lock:
+            order.append("branch")
+            branch_holds_lock.set()
+            await release_branch.wait()
+            yield
+
+    @contextlib.asynccontextmanager
+    async def compaction_lock() -> AsyncIterator[None]:
+        async with lock:
+            order.append("compaction")
+            yield
+
+    fork = asyncio.create_task(
+        manager.branch(PARENT, CHILD, fork_transcript=True, mutation_context=branch_lock)
+    )
+    await asyncio.wait_for(branch_holds_lock.wait(), 10)
+    compaction = asyncio.create_task(
+        manager.compact_with_result(PARENT, 600, mutation_context=compaction_lock)
+    )
+    release_branch.set()
+    child = await asyncio.wait_for(fork, 10)
+    result = await asyncio.wait_for(compaction, 10)
+
+    assert order[0] == "branch" and set(order[1:]) == {"compaction"}  # read, then commit
+    assert result.removed_count > 0  # the parent was compacted, after the copy
+    assert [e.content[:5] for e in await manager.get_transcript(CHILD)] == [
+        "row 0",
+        "row 1",
+        "row 2",
+        "row 3",
+    ]
+    assert child.forked_from_parent is True
+    assert await manager.is_canonical_transcript_complete(CHILD)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"fork_through_turn_id": ""}, "fork_through_turn_id must not be empty"),
+        ({"fork_through_turn_id": "   "}, "fork_through_turn_id must not be empty"),
+        (
+            {"fork_through_turn_id": "t1", "fork_before_message_id": "m1"},
+            "fork_before_message_id and fork_through_turn_id are mutually exclusive",
+        ),
+        (
+            {"fork_through_turn_id": "t1", "fork_transcript": False},
+            r"fork_through_turn_id requires fork_transcript=True",
+        ),
+        ({"fork_through_turn_id": 7}, "fork_through_turn_id must be a string"),
+    ],
+)
+async def test_fork_through_turn_arguments_are_checked_before_the_parent(
+    manager: SessionManager, storage: SessionStorage, kwargs: dict[str, Any], message: str
+) -> None:
+    """Upstream HEAD's checks, before the parent is read: a missing parent still gets the
+    argument error; nothing is written."""
+    arguments: dict[str, Any] = {"fork_transcript": True, **kwargs}
+    before = await table_snapshot(storage)
+    with pytest.raises(InvalidInputError, match=message):
+        await manager.branch("agent:main:missing", CHILD, **arguments)
+    assert await table_snapshot(storage) == before
+
+
+async def _parent_with_turns(manager: SessionManager) -> None:
+    await manager.create(PARENT)
+    await manager.append_message(PARENT, "user", "ask", turn_context={"turn_id": "turn-1"})
+    await manager.append_message(PARENT, "assistant", "answer", turn_context={"turn_id": "turn-1"})
+
+
+async def test_fork_through_a_turn_is_refused_for_want_of_turn_outcomes(
+    manager: SessionManager, storage: SessionStorage
+) -> None:
+    """The checks the five tables allow run, then the fork is refused clearly (turn
+    outcomes live with agent tasks, outside this store); nothing is written."""
+    await _parent_with_turns(manager)
+    before = await table_snapshot(storage)
+
+    with pytest.raises(TurnOutcomeUnavailableError, match="Completion state not found") as info:
+        await manager.branch(PARENT, CHILD, fork_transcript=True, fork_through_turn_id=" turn-1 ")
+    assert isinstance(info.value, KeyError)
+    with pytest.raises(MessageNotFoundError, match="Transcript turn not found in"):
+        await manager.branch(PARENT, CHILD, fork_transcript=True, fork_through_turn_id="turn-9")
+    with pytest.raises(SessionNotFoundError, match="Parent session not found"):
+        await manager.branch(
+            "agent:main:nope", CHILD, fork_transcript=True, fork_through_turn_id="t"
+        )
+
+    assert await table_snapshot(storage) == before
+
+
+async def test_fork_through_a_turn_of_an_incomplete_parent_is_refused(
+    manager: SessionManager, storage: SessionStorage
+) -> None:
+    await _parent_with_turns(manager)
+    parent = await manager.get_session(PARENT)
+    assert parent is not None
+    parent.compaction_count = 1  # a compaction without its summary: incomplete
+    await storage.upsert_session(parent)
+    with pytest.raises(InvalidInputError, match="canonical transcript history is incomplete"):
+        await manager.branch(PARENT, CHILD, fork_transcript=True, fork_through_turn_id="turn-1")
+    assert await manager.get_session(CHILD) is None

@@ -166,6 +166,73 @@ async def test_other_generation_at_the_same_epoch_is_refused(storage: SessionSto
     assert (stored.session_id, stored.label) == (node.session_id, "original")
 
 
+# -- generation-checked upsert (HEAD-FEATURES §7) -------------------------------------------
+
+
+async def test_generation_checked_upsert_writes_the_same_generation(
+    storage: SessionStorage,
+) -> None:
+    node = await new_session(storage, KEY)
+    node.label = "renamed"
+    node.total_tokens = 42
+    await storage.upsert_session(node, expected_session_id=node.session_id)
+    assert await storage.get_session(KEY) == node
+
+
+@pytest.mark.parametrize("change", ["reset", "delete", "recreate", "other_node"])
+async def test_generation_checked_upsert_refuses_a_changed_generation(
+    storage: SessionStorage, change: str
+) -> None:
+    """A node read before a reset, a delete or a re-create (or a node of another
+    generation) is refused as upstream HEAD does: ``KeyError("Session generation changed:
+    <key>")``; nothing is written, and a deleted row is not recreated."""
+    node = await new_session(storage, KEY)
+    expected = node.session_id
+    if change == "reset":
+        await start_generation(
+            storage,
+            KEY,
+            expected_session_id=node.session_id,
+            expected_epoch=0,
+            new_session_id=str(uuid.uuid4()),
+            now=node.updated_at + 1,
+        )
+        node.epoch = 1  # even at the new epoch: the generation is what is checked
+    elif change in ("delete", "recreate"):
+        await storage.delete_session(KEY)
+        if change == "recreate":
+            await new_session(storage, KEY)
+    else:
+        node.session_id = str(uuid.uuid4())
+    before = await table_snapshot(storage)
+    node.label = "written back late"
+
+    with pytest.raises(KeyError, match=f"Session generation changed: {KEY}") as info:
+        await storage.upsert_session(node, expected_session_id=expected)
+
+    assert isinstance(info.value, StaleGenerationError)
+    assert await table_snapshot(storage) == before
+
+
+async def test_generation_checked_upsert_keeps_the_epoch_rule(storage: SessionStorage) -> None:
+    """Same generation, lower epoch (read before ``increment_epoch``): the ordinary stale
+    refusal, not a generation change."""
+    node = await new_session(storage, KEY)
+    await storage.increment_epoch(KEY)
+    node.label = "late"
+    with pytest.raises(StaleGenerationError) as info:
+        await storage.upsert_session(node, expected_session_id=node.session_id)
+    assert not isinstance(info.value, KeyError)
+    stored = await storage.get_session(KEY)
+    assert stored is not None and (stored.epoch, stored.label) == (1, None)
+
+
+async def test_generation_checked_upsert_checks_its_argument(storage: SessionStorage) -> None:
+    node = await new_session(storage, KEY)
+    with pytest.raises(InvalidInputError, match="expected_session_id"):
+        await storage.upsert_session(node, expected_session_id=7)  # type: ignore[arg-type]
+
+
 # -- create / get ------------------------------------------------------------------------
 
 

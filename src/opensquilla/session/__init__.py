@@ -32,9 +32,16 @@ from .models import (
 )
 from .storage import SessionStorage
 from .usecases.context_records import CompactionContextRecord, build_compaction_context_records
+from .usecases.provider_states import (
+    OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND,
+    build_openai_responses_input_items,
+    latest_context_state,
+    openai_responses_compacted_window_state,
+)
 
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
+    "OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND",
     "ArchiveWriteError",
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
@@ -61,4 +68,7 @@ __all__ = [
     "StaleEpochError",
     "TranscriptEntry",
     "build_compaction_context_records",
+    "build_openai_responses_input_items",
+    "latest_context_state",
+    "openai_responses_compacted_window_state",
 ]

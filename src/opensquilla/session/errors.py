@@ -59,12 +59,25 @@ class MessageNotFoundError(SessionStoreError, KeyError):
     """No transcript entry has this message id."""
 
 
+class TurnOutcomeUnavailableError(SessionStoreError, KeyError):
+    """A fork through a turn (``branch(..., fork_through_turn_id=...)``) needs the turn's
+    terminal outcome, which upstream keeps with its agent tasks, outside this store's
+    tables: refused before anything is written. A ``KeyError``, as upstream's "Completion
+    state not found" when a turn has no task."""
+
+
 class StaleEpochError(SessionStoreError):
     """A write was fenced to an epoch (or generation) that is no longer current."""
 
 
 class StaleGenerationError(StaleEpochError):
     """A whole-row write carried a session generation older than the stored one."""
+
+
+class SessionGenerationChangedError(StaleGenerationError, KeyError):
+    """A generation-checked write (``upsert_session(node, expected_session_id=...)``) found
+    the key's row missing or holding another generation: nothing was written, and the row
+    is never recreated. A ``KeyError``, as upstream HEAD raises."""
 
 
 class DatabaseError(SessionStoreError):
@@ -135,10 +148,12 @@ __all__ = [
     "MigrationError",
     "ProtectedFieldError",
     "SessionExistsError",
+    "SessionGenerationChangedError",
     "SessionIdInUseError",
     "SessionKeyConflictError",
     "SessionNotFoundError",
     "SessionStoreError",
     "StaleEpochError",
     "StaleGenerationError",
+    "TurnOutcomeUnavailableError",
 ]

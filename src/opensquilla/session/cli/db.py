@@ -41,10 +41,25 @@ def db_current(ctx: typer.Context, as_json: Json = False) -> None:
     render.CURRENT.show(run(lambda: _current(dsn(ctx))), as_json)
 
 
-def db_check(ctx: typer.Context, as_json: Json = False) -> None:
+def db_check(
+    ctx: typer.Context,
+    as_json: Json = False,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="First create the indexes of the current schema the database lacks "
+            "(unique ones too; all or none).",
+        ),
+    ] = False,
+) -> None:
     """Compare the database with the code; exit 2 if it is behind, ahead or drifted."""
+    repaired = run(lambda: _repair(dsn(ctx))) if repair else None
     report = run(lambda: _check(dsn(ctx)))
-    render.SCHEMA.show(report, as_json)
+    if repaired is None:
+        render.SCHEMA.show(report, as_json)
+    else:
+        render.REPAIRED_SCHEMA.show((repaired, report), as_json)
     if not report.ok:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -67,6 +82,10 @@ async def _downgrade(dsn: str, revision: str) -> Revisions:
 
 async def _current(dsn: str) -> tuple[str, ...]:
     return await overview.current_revisions(dsn)
+
+
+async def _repair(dsn: str) -> tuple[str, ...]:
+    return await overview.repair_indexes(dsn)
 
 
 async def _check(dsn: str) -> overview.SchemaReport:

@@ -54,9 +54,9 @@ class CompactionConfig:
     # unanswered question, a call without its result, a result still running).
     protect_semantic_tail: bool = True
     # Rolling checkpoints (docs/semantics.md#rolling-checkpoints): the active context records
-    # are folded into the new summary, which replaces them. Off: the contract's independent
-    # summaries.
-    rolling_checkpoints: bool = False
+    # are folded into the new summary, which replaces them (upstream HEAD; the contract passes
+    # with it on or off, so HEAD's behaviour is the default). Off: independent summaries.
+    rolling_checkpoints: bool = True
 
     def __post_init__(self) -> None:
         self.validate()

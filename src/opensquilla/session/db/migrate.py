@@ -44,6 +44,7 @@ from alembic import command
 from ..config import mask_password, resolve_dsn
 from ..errors import MigrationError, SessionStoreError
 from ..fs.files import ensure_private_file
+from . import indexes
 from .base import Base
 from .dsn import parse_target
 from .engine import BEGIN_OPTION, create_engine
@@ -316,7 +317,10 @@ async def ensure_head(engine: AsyncEngine) -> bool:
     heads = set(head_revisions())
     async with translated_errors(), engine.connect() as conn:
         current = set(await conn.run_sync(lambda sync: migration_context(sync).get_current_heads()))
+        missing = await conn.run_sync(_missing_index_names) if current == heads else []
     if current == heads:
+        if missing:
+            await restore_indexes(engine, missing)
         return False
     unknown = current - known_revisions()
     if unknown:
@@ -329,6 +333,31 @@ async def ensure_head(engine: AsyncEngine) -> bool:
     )
     await upgrade(engine, "head")
     return True
+
+
+def _missing_index_names(connection: Connection, *, unique: bool = False) -> list[str]:
+    return [str(index.name) for index in indexes.missing_indexes(connection, unique=unique)]
+
+
+async def restore_indexes(engine: AsyncEngine, names: list[str]) -> list[str]:
+    """Create the head's indexes ``names`` that are still missing, under the migration lock
+    (several workers connecting at once create each once); the names created."""
+    created: list[str] = await _run_locked(
+        engine, lambda connection: indexes.create_indexes(connection, names)
+    )
+    if created:
+        log.warning(
+            "recreated missing index(es) of the current schema: %s",
+            ", ".join(created),
+            extra={"operation": "migrate"},
+        )
+    return created
+
+
+async def missing_indexes(engine: AsyncEngine) -> list[str]:
+    """The head's indexes the database lacks, unique ones included."""
+    async with translated_errors(), engine.connect() as conn:
+        return await conn.run_sync(lambda sync: _missing_index_names(sync, unique=True))
 
 
 async def why_no_store(engine: AsyncEngine) -> str | None:

@@ -16,6 +16,7 @@ from ..compaction import CompactionConfig, CompactionResult, Summarizer
 from ..models import (
     CompactionSourceSnapshot,
     ContextView,
+    PreparedSessionIntent,
     SessionContextState,
     SessionIntent,
     SessionListCursor,
@@ -28,7 +29,7 @@ from ..models import (
 from ..models.reports import DeletionPreview, ResetReport
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import context, overview, repair, retention
+from ..usecases import context, overview, prepared, repair, retention
 from ..usecases.compaction import Compactor
 from ..usecases.compaction_options import (
     CompactionOptions,
@@ -139,6 +140,24 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         """
         return await self._lifecycle.apply_intent(session_key, intent, agent_id, create_kwargs)
 
+    async def prepare_intent(
+        self,
+        session_key: str,
+        intent: SessionIntent | str,
+        /,
+        *,
+        agent_id: str = "main",
+        **create_kwargs: Any,
+    ) -> PreparedSessionIntent:
+        """What :meth:`apply_intent` would do, decided and returned without writing
+        (docs/semantics.md#prepared-intents): action ``create`` (a new row), ``reset`` (the
+        next generation of the stored row, ``previous_session_id`` the one it replaces) or
+        ``continue`` (the stored row); ``NEW_CHAT`` on a taken key is the same
+        ``SessionKeyConflictError``."""
+        return await prepared.prepare_intent(
+            self._storage, session_key, intent, agent_id, create_kwargs
+        )
+
     async def list_sessions(
         self,
         agent_id: str | None = None,
@@ -242,6 +261,21 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
     ) -> list[SessionContextState]:
         """States of the key (``[]`` for an unknown key)."""
         return await context.states(self._storage, session_key, provider, state_kind, valid_only)
+
+    async def get_latest_context_state(
+        self,
+        session_key: str,
+        provider: str | None = None,
+        *,
+        state_kind: str | None = None,
+    ) -> SessionContextState | None:
+        """The current generation's context state to replay to ``provider``: the newest
+        usable one (valid, unexpired, a dict payload) that is the provider's own or portable
+        (docs/semantics.md#provider-states); ``None`` if there is none. ``SessionNotFoundError``
+        for a missing key."""
+        return await context.latest_state(
+            self._storage, self._generations, session_key, provider, state_kind
+        )
 
     async def invalidate_context_states(
         self,

@@ -14,12 +14,14 @@ from ..models import (
     CanonicalTranscriptCoverage,
     CanonicalTranscriptPage,
     Cursor,
+    PreparedSessionIntent,
     SessionNode,
     SessionStatus,
     TranscriptEntry,
 )
 from ..storage import SessionStorage
-from ..usecases import branching, messages, pages, reads
+from ..usecases import branching, messages, pages, prepared, reads
+from ..usecases.compaction_options import MutationContext
 from ..usecases.generations import GenerationCache
 from ..usecases.transcript import Transcripts
 
@@ -249,11 +251,20 @@ class TranscriptCalls:
         max_fork_tokens: int | None = None,
         status: SessionStatus | str = SessionStatus.RUNNING,
         fork_before_message_id: str | None = None,
+        fork_through_turn_id: str | None = None,
+        display_name: str | None = None,
+        *,
+        mutation_context: MutationContext | None = None,
     ) -> SessionNode:
         """A child session of ``parent_session_key`` (docs/semantics.md#branching), in one
         transaction: with ``fork_transcript`` a full fork (live transcript, compacted
         archive, summaries, valid context states) or, with ``fork_before_message_id``, a
-        prefix fork, when it fits ``max_fork_tokens``. An existing child key is refused."""
+        prefix fork, when it fits ``max_fork_tokens``. An existing child key is refused.
+        ``display_name`` names the child; ``mutation_context`` (a callable returning an async
+        context manager, the lock a compaction takes) is held for the whole read and copy.
+        ``fork_through_turn_id`` (upstream's fork through a completed turn) is checked, then
+        refused with ``TurnOutcomeUnavailableError``: it needs turn outcomes from agent
+        tasks, which this store does not keep."""
         return await branching.branch(
             self._storage,
             parent_session_key,
@@ -262,4 +273,28 @@ class TranscriptCalls:
             max_fork_tokens=max_fork_tokens,
             status=status,
             fork_before_message_id=fork_before_message_id,
+            fork_through_turn_id=fork_through_turn_id,
+            display_name=display_name,
+            mutation_context=mutation_context,
+        )
+
+    async def prepare_prefix_branch(
+        self,
+        parent_session_key: str,
+        new_session_key: str,
+        *,
+        fork_before_message_id: str,
+        status: SessionStatus | str = SessionStatus.DONE,
+    ) -> PreparedSessionIntent:
+        """The prefix fork :meth:`branch` would write, decided and returned without writing
+        (docs/semantics.md#prepared-intents): action ``fork``, the child row (a resting
+        ``done`` by default) and copies of the parent's canonical rows before the message in
+        ``initial_transcript_entries``. Missing parent or message: the same errors as
+        :meth:`branch`; a taken child key: ``SessionExistsError``."""
+        return await prepared.prepare_prefix_branch(
+            self._storage,
+            parent_session_key,
+            new_session_key,
+            fork_before_message_id=fork_before_message_id,
+            status=status,
         )

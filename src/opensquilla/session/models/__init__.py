@@ -9,8 +9,9 @@ The package's modules: ``enums`` (the string enums), ``checks`` (the value domai
 field types, ``check_*`` for plain arguments, ``invalid_input``), ``records`` (the
 ``_Record`` base, sessions, summaries, context states), ``messages`` (live and compacted
 transcript entries), ``identity`` (caller-chosen message ids, assistant reservations),
-``pages`` (canonical transcript pages and coverage), ``listing`` (keyset pages of the session
-listing), ``context_view`` (the prompt's view) and ``snapshot`` (what a reset archives).
+``intents`` (prepared session intents), ``pages`` (canonical transcript pages and coverage),
+``listing`` (keyset pages of the session listing), ``context_view`` (the prompt's view) and
+``snapshot`` (what a reset archives).
 Everything is imported from here, ``opensquilla.session.models``, as it was before the split.
 """
 
@@ -67,6 +68,8 @@ from .enums import (
     SessionStatus,
 )
 from .identity import AssistantMessageReservation
+from .intents import PreparedAction as PreparedAction
+from .intents import PreparedSessionIntent
 from .listing import SessionListCursor, SessionListPage
 from .messages import CompactedTranscriptEntry, TranscriptEntry
 from .pages import (
@@ -90,6 +93,7 @@ __all__ = [
     "CompactedTranscriptEntry",
     "FlushReceiptStatus",
     "InputProvenanceKind",
+    "PreparedSessionIntent",
     "QueueMode",
     "SendPolicy",
     "SessionContextState",

@@ -5,7 +5,9 @@ from __future__ import annotations
 from ..db.generations import GenerationRace, generation_guard
 from ..errors import (
     InvalidInputError,
+    SessionGenerationChangedError,
     SessionNotFoundError,
+    StaleGenerationError,
 )
 from ..keys import canonicalize_session_key, normalize_agent_id
 from ..models import (
@@ -19,6 +21,7 @@ from ..models import (
     check_page,
     check_record,
     check_session_values,
+    check_text,
 )
 from .lifecycle import StorageLifecycle
 
@@ -35,17 +38,44 @@ class SessionRowOperations(StorageLifecycle):
         node.agent_id = normalize_agent_id(node.agent_id)
         return node
 
-    async def upsert_session(self, node: SessionNode) -> None:
+    async def upsert_session(
+        self, node: SessionNode, *, expected_session_id: str | None = None
+    ) -> None:
         """Write the whole row; refused (``StaleGenerationError``) for an older generation,
-        and (``SessionIdInUseError``) for a session id another key holds."""
+        and (``SessionIdInUseError``) for a session id another key holds.
+
+        With ``expected_session_id`` the write is generation-checked (upstream HEAD): it
+        updates the row only while the key still holds that generation, and never creates
+        one. A node of another generation, a missing row or a row of another generation
+        (a reset, a delete and re-create meanwhile) raise ``SessionGenerationChangedError``
+        (a ``KeyError``: ``Session generation changed: <key>``); nothing is written."""
         check_record("node", node, SessionNode)
         self.canonical_node(node)
+        if expected_session_id is not None:
+            await self._upsert_generation(node, expected_session_id)
+            return
         async with (
             generation_guard(self.uow, node.session_id, node.session_key),
             self.uow.write() as tx,
         ):
             await tx.sessions.claim_generation(node.session_id, node.session_key)
             await tx.sessions.upsert(node)
+
+    async def _upsert_generation(self, node: SessionNode, expected_session_id: object) -> None:
+        expected = check_text("expected_session_id", expected_session_id, identifier=True)
+        changed = SessionGenerationChangedError(f"Session generation changed: {node.session_key}")
+        if node.session_id != expected:
+            raise changed
+        async with self.uow.write() as tx:
+            if await tx.sessions.update_generation(node, expected):
+                return
+            stored = await tx.sessions.get(node.session_key)
+        if stored is None or stored.session_id != expected:
+            raise changed
+        raise StaleGenerationError(
+            f"Stale write for {node.session_key}: the node is at epoch {node.epoch}, the "
+            f"stored generation {expected} at epoch {stored.epoch}"
+        )
 
     async def create_session(self, node: SessionNode) -> bool:
         """Insert a new row; ``False`` when the key exists (nothing is changed then).

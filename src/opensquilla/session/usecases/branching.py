@@ -21,18 +21,21 @@ from ..errors import (
     MessageNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
+    TurnOutcomeUnavailableError,
 )
 from ..keys import canonicalize_session_key, require_session_key
 from ..models import (
     CANONICAL_FORK_PROOF_SCHEMA_VERSION,
     SessionNode,
     SessionStatus,
+    TranscriptEntry,
     check_flag,
     check_optional_integer,
     check_optional_text,
 )
 from ..storage import SessionStorage
 from ..support.clock import now_ms
+from .compaction_options import MutationContext, entered
 from .lifecycle import member
 
 ForkMode = Literal["none", "full", "prefix"]
@@ -66,27 +69,95 @@ async def branch(
     max_fork_tokens: int | None,
     status: SessionStatus | str,
     fork_before_message_id: str | None,
+    fork_through_turn_id: str | None = None,
+    display_name: str | None = None,
+    mutation_context: MutationContext | None = None,
 ) -> SessionNode:
-    """The manager's branch: the fork mode from its flags, then :func:`branch_session`.
+    """The manager's branch: the fork mode from its flags, then :func:`branch_session`,
+    inside ``mutation_context()`` when one is given (held for the whole read and copy, so a
+    compaction that takes the same lock cannot interleave with the fork).
 
     Arguments are checked in the order the manager always checked them: the child key,
-    the status, then the fork options."""
+    the status, then the fork options (``fork_through_turn_id``'s as upstream HEAD checks
+    them, before the parent is read)."""
     require_session_key(new_session_key)
     member(SessionStatus, status)
     check_flag("fork_transcript", fork_transcript)
     check_optional_integer("max_fork_tokens", max_fork_tokens)
     check_optional_text("fork_before_message_id", fork_before_message_id, identifier=True)
-    fork: ForkMode = "none"
-    if fork_transcript:
-        fork = "prefix" if fork_before_message_id is not None else "full"
-    return await branch_session(
-        storage,
-        parent_session_key,
-        new_session_key,
-        status=status,
-        fork=fork,
-        before_message_id=fork_before_message_id,
-        max_fork_tokens=max_fork_tokens,
+    check_optional_text("display_name", display_name)
+    turn_id = _through_turn(fork_through_turn_id, fork_transcript, fork_before_message_id)
+    if mutation_context is not None and not callable(mutation_context):
+        raise InvalidInputError("mutation_context must be a callable returning a context manager")
+    async with entered(mutation_context):
+        if turn_id is not None:
+            await refuse_fork_through_turn(storage, parent_session_key, turn_id)
+        fork: ForkMode = "none"
+        if fork_transcript:
+            fork = "prefix" if fork_before_message_id is not None else "full"
+        return await branch_session(
+            storage,
+            parent_session_key,
+            new_session_key,
+            status=status,
+            fork=fork,
+            before_message_id=fork_before_message_id,
+            max_fork_tokens=max_fork_tokens,
+            display_name=display_name,
+        )
+
+
+def _through_turn(
+    fork_through_turn_id: object, fork_transcript: bool, fork_before_message_id: str | None
+) -> str | None:
+    """``fork_through_turn_id`` stripped, after upstream HEAD's argument checks."""
+    check_optional_text("fork_through_turn_id", fork_through_turn_id, identifier=True)
+    if fork_through_turn_id is None:
+        return None
+    assert isinstance(fork_through_turn_id, str)
+    turn_id = fork_through_turn_id.strip()
+    if not turn_id:
+        raise InvalidInputError("fork_through_turn_id must not be empty")
+    if fork_before_message_id:
+        raise InvalidInputError(
+            "fork_before_message_id and fork_through_turn_id are mutually exclusive"
+        )
+    if not fork_transcript:
+        raise InvalidInputError("fork_through_turn_id requires fork_transcript=True")
+    return turn_id
+
+
+def entry_turn_id(entry: TranscriptEntry) -> str | None:
+    """The turn a row belongs to: its ``turn_context["turn_id"]``, stripped, if any."""
+    context = entry.turn_context
+    value = context.get("turn_id") if isinstance(context, dict) else None
+    return (value.strip() or None) if isinstance(value, str) else None
+
+
+async def refuse_fork_through_turn(
+    storage: SessionStorage, parent_session_key: str, turn_id: str
+) -> None:
+    """A fork through a turn needs the turn's terminal outcome, which upstream reads from
+    its agent tasks, a table this store does not have: after the checks that need only the
+    five tables (the parent exists, its canonical transcript is complete, some row belongs
+    to the turn) it is refused, before anything is written (docs/semantics.md#branching)."""
+    key = canonicalize_session_key(parent_session_key)
+    async with storage.uow.snapshot() as tx:
+        parent = await tx.sessions.get(key)
+        if parent is None:
+            raise SessionNotFoundError(f"Parent session not found: {key}")
+        coverage = await tx.transcript.coverage(parent.session_id)
+        rows = await tx.transcript.list_canonical(parent.session_id)
+    if not coverage.canonical_complete:
+        raise InvalidInputError(
+            "Cannot fork through a turn because canonical transcript history is incomplete"
+        )
+    if not any(entry_turn_id(entry) == turn_id for entry in rows):
+        raise MessageNotFoundError(f"Transcript turn not found in {key}: {turn_id}")
+    raise TurnOutcomeUnavailableError(
+        f"Completion state not found for transcript turn: {turn_id} (a fork through a turn "
+        "needs the turn's outcome from agent tasks, which this store does not keep; nothing "
+        "was written)"
     )
 
 
@@ -100,6 +171,7 @@ async def branch_session(
     before_message_id: str | None = None,
     max_fork_tokens: int | None = None,
     session_id: str | None = None,
+    display_name: str | None = None,
 ) -> SessionNode:
     """Create the child session in one write transaction (see the module docstring).
 
@@ -123,6 +195,7 @@ async def branch_session(
             if parent is None:
                 raise SessionNotFoundError(f"Parent session not found: {key}")
             child = child_of(parent, child_key, child_status, now)
+            child.display_name = display_name
             if session_id is not None:
                 child.session_id = session_id
             child = storage.canonical_node(child)

@@ -132,24 +132,26 @@ async def persist_compaction_result(
     new_entries: list[TranscriptEntry] = []
     for position, wanted in enumerate(kept_entries):
         role = wanted.get("role") or "user"
-        content = wanted.get("content") or ""
+        # Built (so checked) whether or not it is used.
+        entry = TranscriptEntry(
+            session_id=node.session_id,
+            session_key=key,
+            role=role,
+            content=wanted.get("content") or "",
+            tool_calls=wanted.get("tool_calls"),
+            tool_call_id=wanted.get("tool_call_id"),
+            turn_usage=wanted.get("turn_usage"),
+            created_at=now,
+        )
         if position < len(preserved):
             row = preserved[position]
-            if row.role == role and row.content == content:
-                continue  # the live row is kept as it is, id included
+            if row.role == role:
+                # Upstream HEAD: the live row of the same role is kept as it is (id, content
+                # and every other column): a compactor's kept dicts carry the replay view of
+                # a row (sanitised content, no turn context or provenance), not the row.
+                continue
             drop_ids.append(row.id or 0)
-        new_entries.append(
-            TranscriptEntry(
-                session_id=node.session_id,
-                session_key=key,
-                role=role,
-                content=content,
-                tool_calls=wanted.get("tool_calls"),
-                tool_call_id=wanted.get("tool_call_id"),
-                turn_usage=wanted.get("turn_usage"),
-                created_at=now,
-            )
-        )
+        new_entries.append(entry)
     applied = await rewrite_compacted_session(
         storage,
         key,

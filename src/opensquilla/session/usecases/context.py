@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import InvalidInputError
+from ..keys import canonicalize_session_key
 from ..models import (
     PROVIDER_MAX_LENGTH,
     STATE_KIND_MAX_LENGTH,
@@ -16,6 +17,7 @@ from ..storage import SessionStorage
 from ..support.clock import now_ms
 from .context_records import CompactionContextRecord, read_context_records
 from .generations import GenerationCache
+from .provider_states import latest_context_state
 
 
 async def summaries(
@@ -42,6 +44,25 @@ async def context_records(
     node = await generations.require(session_key)
     async with storage.uow.snapshot() as tx:
         return await read_context_records(tx, node.session_key, node.session_id, now_ms())
+
+
+async def latest_state(
+    storage: SessionStorage,
+    generations: GenerationCache,
+    session_key: str,
+    provider: str | None,
+    state_kind: str | None,
+) -> SessionContextState | None:
+    """The current generation's state to replay to ``provider``
+    (:func:`provider_states.latest_context_state` over its valid states), from one snapshot."""
+    check_optional_text("provider", provider)
+    check_optional_text("state_kind", state_kind)
+    key = canonicalize_session_key(session_key)
+    async with storage.uow.snapshot() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        rows = await tx.states.list_for_key(key, state_kind=state_kind)
+    current = [state for state in rows if state.session_id == node.session_id]
+    return latest_context_state(current, provider, state_kind=state_kind)
 
 
 async def save_state(storage: SessionStorage, state: SessionContextState) -> SessionContextState:

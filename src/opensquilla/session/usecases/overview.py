@@ -83,6 +83,21 @@ async def schema_report(dsn: str) -> SchemaReport:
     return SchemaReport(status.current, status.heads, unknown, status.drift)
 
 
+async def repair_indexes(dsn: str) -> tuple[str, ...]:
+    """Create the indexes of the current head the database lacks, unique ones included
+    (all or none: a unique index that existing duplicates refuse is an
+    ``IntegrityViolationError`` and nothing is created); the names created. A database not
+    at head is left alone (``db upgrade`` builds its indexes)."""
+    async with unmigrated(dsn, create=False) as storage:
+        status = await migrate.check(storage.engine)
+        if not status.at_head:
+            return ()
+        missing = await migrate.missing_indexes(storage.engine)
+        if not missing:
+            return ()
+        return tuple(await migrate.restore_indexes(storage.engine, missing))
+
+
 async def current_revisions(dsn: str) -> tuple[str, ...]:
     async with unmigrated(dsn, create=False) as storage:
         return await migrate.current_revisions(storage.engine)

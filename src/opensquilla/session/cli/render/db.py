@@ -36,16 +36,31 @@ CURRENT: View[tuple[str, ...]] = View(
     lambda current: {"current": list(current)},
     lambda current: out.print(revisions(current, "none (an empty or unmigrated database)")),
 )
-SCHEMA: View[SchemaReport] = View(
-    lambda report: {
+
+
+def _schema_data(report: SchemaReport) -> dict[str, object]:
+    return {
         "state": report.state,
         "ok": report.ok,
         "current": list(report.current),
         "heads": list(report.heads),
         "unknown": list(report.unknown),
         "drift": list(report.drift),
-    },
-    _print_schema,
+    }
+
+
+SCHEMA: View[SchemaReport] = View(_schema_data, _print_schema)
+
+
+def _print_repaired(result: tuple[tuple[str, ...], SchemaReport]) -> None:
+    repaired, report = result
+    out.print(f"recreated: {revisions(repaired, 'nothing')}")
+    _print_schema(report)
+
+
+REPAIRED_SCHEMA: View[tuple[tuple[str, ...], SchemaReport]] = View(
+    lambda result: {"repaired": list(result[0]), **_schema_data(result[1])},
+    _print_repaired,
 )
 HISTORY: View[list[RevisionInfo]] = View(
     lambda infos: {"revisions": [asdict(info) for info in infos]}, _print_history

@@ -190,6 +190,24 @@ class SessionRepository:
             f"{stored.session_id if stored else None} at epoch {stored.epoch if stored else None}"
         )
 
+    async def update_generation(self, node: SessionNode, expected_session_id: str) -> bool:
+        """Whole-row UPDATE of ``node``'s row, only while it still holds generation
+        ``expected_session_id`` at an epoch no higher than ``node``'s (one statement: the
+        check and the write cannot be separated). ``False``, nothing written, otherwise;
+        a missing row is never inserted."""
+        values = values_of(node, sessions)
+        key = values.pop("session_key")
+        stmt = (
+            update(sessions)
+            .where(
+                sessions.c.session_key == key,
+                sessions.c.session_id == expected_session_id,
+                sessions.c.epoch <= node.epoch,
+            )
+            .values(values)
+        )
+        return bool((await self.conn.execute(stmt)).rowcount)
+
     async def update_fields(self, key: str, values: dict[str, Any]) -> SessionNode | None:
         """Set only ``values`` on the row (no read-modify-write); the new row, or ``None``."""
         stmt = update(sessions).where(sessions.c.session_key == key).values(values)

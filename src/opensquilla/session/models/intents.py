@@ -1,0 +1,36 @@
+"""A prepared session intent: what ``apply_intent`` or a prefix fork would write, decided
+and returned without writing (docs/semantics.md#prepared-intents)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .messages import TranscriptEntry
+from .records import SessionNode
+
+PreparedAction = Literal["create", "reset", "continue", "fork"]
+
+
+@dataclass(frozen=True)
+class PreparedSessionIntent:
+    """The session row an intent leads to, and what else writing it takes.
+
+    ``action`` says which write applies it: ``create`` inserts ``node`` (the key was free
+    when read), ``reset`` replaces generation ``previous_session_id`` of ``previous_node`` by
+    ``node`` (a new id, the epoch one higher, zero counters), ``continue`` writes nothing
+    (``node`` is the stored row), ``fork`` inserts the child ``node`` and then
+    ``initial_transcript_entries`` (copies of the parent's rows, owned by the child, with
+    fresh message ids and no row ids). ``expected_epoch`` is the epoch the turn's appends
+    are fenced to once the plan is applied: ``node.epoch``.
+
+    Nothing was written or reserved: a concurrent writer can take the key or change the
+    parent meanwhile, which the applying write has to check (upstream applies plans in its
+    turn-acceptance transaction, outside this store's five tables)."""
+
+    node: SessionNode
+    action: PreparedAction
+    expected_epoch: int
+    previous_session_id: str | None = None
+    previous_node: SessionNode | None = None
+    initial_transcript_entries: tuple[TranscriptEntry, ...] = ()

@@ -1,0 +1,130 @@
+"""Prepared intents (docs/semantics.md#prepared-intents): the row ``apply_intent`` would
+write, or a prefix fork's child and its copied rows, decided and returned without writing.
+
+Upstream HEAD applies such a plan in its turn-acceptance transaction, together with the
+turn's first message and tables outside this store; here the plan is a value, and
+:meth:`SessionStorage.upsert_session` / ``append_transcript_entry`` (or any writer of the
+caller's) apply it. Each plan is read from one snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import (
+    MessageNotFoundError,
+    SessionExistsError,
+    SessionKeyConflictError,
+    SessionNotFoundError,
+)
+from ..keys import canonicalize_session_key, require_session_key
+from ..models import (
+    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
+    PreparedSessionIntent,
+    SessionIntent,
+    SessionNode,
+    SessionStatus,
+    TranscriptEntry,
+    check_text,
+)
+from ..storage import SessionStorage
+from ..support.clock import new_session_id, now_ms
+from .branching import child_of
+from .lifecycle import member, new_node
+from .reset import reset_values
+
+# What a copied row does not take from its source: its owner, its row id and its message id
+# (a fork's copies get fresh ones, as branch's do).
+_NOT_COPIED = {"id", "message_id", "session_id", "session_key"}
+
+
+def reset_node(stored: SessionNode, now: int) -> SessionNode:
+    """``stored``'s next generation as a reset writes it (a copy; ``stored`` is unchanged)."""
+    values = reset_values(stored.epoch + 1, new_session_id(), now)
+    if stored.forked_from_parent:
+        values["schema_version"] = max(stored.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION)
+    return SessionNode(**{**stored.model_dump(), **values})
+
+
+async def prepare_intent(
+    storage: SessionStorage,
+    session_key: str,
+    intent: SessionIntent | str,
+    agent_id: str,
+    fields: Mapping[str, Any],
+) -> PreparedSessionIntent:
+    """What ``apply_intent(session_key, intent, ...)`` would do, as a plan: ``create`` for a
+    missing key (any intent), ``SessionKeyConflictError`` for ``NEW_CHAT`` on a taken key,
+    ``reset`` for ``RESET_SAME_KEY``, else ``continue``. The creation fields are checked as
+    ``apply_intent`` checks them, whether or not the key exists."""
+    resolved = member(SessionIntent, intent)
+    created = new_node(session_key, agent_id, fields)
+    stored = await storage.get_session(created.session_key)
+    if stored is None:
+        return PreparedSessionIntent(node=created, action="create", expected_epoch=created.epoch)
+    if resolved is SessionIntent.NEW_CHAT:
+        raise SessionKeyConflictError(f"session_key conflict: {stored.session_key}")
+    if resolved is SessionIntent.RESET_SAME_KEY:
+        renewed = reset_node(stored, now_ms())
+        return PreparedSessionIntent(
+            node=renewed,
+            action="reset",
+            expected_epoch=renewed.epoch,
+            previous_session_id=stored.session_id,
+            previous_node=stored,
+        )
+    return PreparedSessionIntent(node=stored, action="continue", expected_epoch=stored.epoch)
+
+
+async def prepare_prefix_branch(
+    storage: SessionStorage,
+    parent_session_key: str,
+    new_session_key: str,
+    *,
+    fork_before_message_id: str,
+    status: SessionStatus | str,
+) -> PreparedSessionIntent:
+    """The prefix fork ``branch(parent, child, fork_transcript=True,
+    fork_before_message_id=...)`` would write, as a plan (action ``fork``): the child row
+    (lineage proof as a prefix fork records it) and copies of the parent's canonical rows
+    before the message. ``SessionNotFoundError`` for a missing parent,
+    ``MessageNotFoundError`` for a message not in its canonical transcript,
+    ``SessionExistsError`` for a child key already taken."""
+    child_key = require_session_key(new_session_key)
+    child_status = member(SessionStatus, status).value
+    before = check_text("fork_before_message_id", fork_before_message_id, identifier=True)
+    key = canonicalize_session_key(parent_session_key)
+    async with storage.uow.snapshot() as tx:
+        parent = await tx.sessions.get(key)
+        if parent is None:
+            raise SessionNotFoundError(f"Parent session not found: {key}")
+        if await tx.sessions.get(child_key) is not None:
+            raise SessionExistsError(f"Session already exists: {child_key}")
+        position = await tx.transcript.find_canonical_position(parent.session_id, before)
+        if position is None:
+            raise MessageNotFoundError(f"Transcript message not found in {key}: {before}")
+        coverage = await tx.transcript.coverage(parent.session_id)
+        canonical = await tx.transcript.list_canonical(parent.session_id)
+    child = storage.canonical_node(child_of(parent, child_key, child_status, now_ms()))
+    child.display_name = parent.display_name
+    child.forked_from_parent = True
+    child.schema_version = max(child.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION)
+    child.compaction_count = 0 if coverage.canonical_complete else max(1, coverage.compaction_count)
+    copies = tuple(
+        TranscriptEntry(
+            **entry.model_dump(exclude=_NOT_COPIED),
+            session_id=child.session_id,
+            session_key=child.session_key,
+        )
+        for entry in canonical
+        if (entry.created_at, entry.id or 0) < position
+    )
+    return PreparedSessionIntent(
+        node=child,
+        action="fork",
+        expected_epoch=child.epoch,
+        previous_session_id=parent.session_id,
+        previous_node=parent,
+        initial_transcript_entries=copies,
+    )
