@@ -29,6 +29,10 @@ nox.options.reuse_venv = "yes"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SPEC_DIR = Path(__file__).resolve().parent.parent / "shared" / "spec"
 PYTEST_ASYNCIO_OPTS = "-o asyncio_default_fixture_loop_scope=function"
+# pytest-xdist workers: one per core (at most 4, so a big machine stays well inside the
+# server's connection limit); the reliability suite stays on one of them (its process pool
+# and barriers; tests/conftest.py puts it in one group).
+WORKERS = str(min(os.cpu_count() or 1, 4))
 
 
 def postgres_url() -> str:
@@ -71,7 +75,7 @@ def tests(session: nox.Session, backend: str) -> None:
         url = postgres_url()
         require_postgres(session, url)
         env["OPENSQUILLA_TEST_DATABASE_URL"] = url
-    session.run("pytest", *session.posargs, env=env)
+    session.run("pytest", "-n", WORKERS, "--dist", "loadgroup", *session.posargs, env=env)
 
 
 @nox.session

@@ -251,6 +251,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if id(item) in keep]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """Captured output that holds a lone surrogate (the hostile-input tests log such values)
+    is shown escaped: pytest-xdist sends reports to the controller as UTF-8, which cannot
+    carry one."""
+    report = yield
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for title, text in report.sections
+    ]
+    return report
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     url = os.environ.get(DATABASE_URL_ENV, "").strip()
     shown = make_url(url).render_as_string(hide_password=True) if url else "sqlite"

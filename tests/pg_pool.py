@@ -26,6 +26,7 @@ WAL. No test kills the server; a killed *client* loses nothing by it. Tests mark
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -288,7 +289,8 @@ class PostgresDatabases:
         await conn.execute(" ".join(script))
 
     async def close(self) -> None:
-        for name in sorted(self.created):
-            await self.drop(name)
+        """Drop every database of this process. Together, not one by one: each drop waits
+        for a checkpoint, and drops that wait at once share one."""
+        await asyncio.gather(*(self.drop(name) for name in sorted(self.created)))
         self.migrated.clear()
         self.empty.clear()
