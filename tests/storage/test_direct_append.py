@@ -143,6 +143,18 @@ def _async_url(database: str) -> str:
     return f"sqlite+aiosqlite:///{database}"
 
 
+async def test_statement_logging_sends_the_append_through_the_connection(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``echo=True``: the Connection path, which logs the statement."""
+    async with SessionStorage(database, echo=True) as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.create(KEY)
+        with _paths(monkeypatch) as taken:
+            await manager.append_message(KEY, "user", "logged")
+    assert taken == ["connection"]
+
+
 async def test_a_failing_statement_reaches_handle_error_and_fails_alike(
     backend: Any, storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
