@@ -10,6 +10,9 @@ trip), ``prepare`` the rest up to the statement (SQLAlchemy's execute path, the 
 values), ``statement`` the driver's execution of the one statement (the round trip, or the
 SQLite thread hop, its commit included), ``after`` the rest (the connection's return, the
 returned entry).
+Its listeners are statement events, so the appends it times take the Connection path
+(``db/direct_statement.py``: the direct path runs only while no one listens); ``bench/run.py``
+times the direct one.
 Prints the percentiles, the phase percentiles, and the slowest 1% with their phases, GC
 collections (generation, ms) and the second of the run they fell in (a burst of slow ones in
 the same second is the machine, not the store). Client CPU per append is reported too:

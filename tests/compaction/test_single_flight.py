@@ -41,12 +41,14 @@ class BlockingSummarizer:
         self.entered = asyncio.Event()
         self.calls = 0
         self.configs: list[CompactionConfig] = []
+        self.tasks: list[asyncio.Task[Any] | None] = []
 
     @property
     def runs(self) -> int:
-        """How many compaction runs called it: each run hands every chunk its own copy of
-        the config (the list keeps them alive, so their ids are distinct)."""
-        return len({id(config) for config in self.configs})
+        """How many compaction runs called it: each run summarises its chunks in its own
+        task (the list keeps them alive, so their ids are distinct). The config cannot tell
+        runs apart: it is frozen, and a run hands on the caller's own."""
+        return len({id(task) for task in self.tasks})
 
     async def summarize(
         self,
@@ -57,6 +59,7 @@ class BlockingSummarizer:
     ) -> str | None:
         self.calls += 1
         self.configs.append(config)
+        self.tasks.append(asyncio.current_task())
         self.entered.set()
         await self.gate.wait()  # bounded by each test's hang guard or timeout
         return fallback_chunk_summary(chunk, identifier_policy="strict")
@@ -108,9 +111,9 @@ async def test_equal_concurrent_calls_share_one_run_and_one_commit(
     assert [s.summary_text for s in summaries] == [first.summary]
     node = await manager.get_session(KEY)
     assert node is not None and node.compaction_count == 1
-    # The caller's config is never the one handed on, and is left as it was.
+    # The caller's config is left as it was (frozen: it may be handed on as it is).
     assert config == untouched and repr(config) == repr(untouched)
-    assert all(seen is not config for seen in summarizer.configs)
+    assert all(seen == config for seen in summarizer.configs)
     assert running_flights(storage) == {}  # the entry left with its task
 
 

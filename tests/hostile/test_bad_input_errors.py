@@ -437,21 +437,22 @@ def test_compaction_config_is_refused_when_built(options: dict[str, Any], name: 
     assert "12345" not in str(caught.value)  # an API key is never shown
 
 
-async def test_a_compaction_config_changed_after_it_was_built_is_refused_when_used(
+async def test_a_compaction_config_cannot_be_changed_after_it_was_built(
     manager: SessionManager, storage: SessionStorage
 ) -> None:
-    """The dataclass is mutable: every compaction checks it again, before any read."""
+    """The config is checked once, when built, and frozen: an assignment is refused
+    (``ConfigurationError`` naming the setting), the config stays as it was checked, and a
+    changed copy is checked as a new one is."""
     await _session_with_history(manager)
     config = CompactionConfig()
-    config.safety_margin = math.nan
-    await refused(
-        storage,
-        lambda: manager.compact_with_result(KEY, 100, config=config),
-        ConfigurationError,
-        names="safety_margin",
-    )
-    config.safety_margin = 1.0
-    assert (await manager.compact_with_result(KEY, 2000, config=config)).removed_count > 0
+    with pytest.raises(ConfigurationError, match="safety_margin"):
+        config.safety_margin = math.nan  # type: ignore[misc]
+    assert config.safety_margin == 1.2
+    with pytest.raises(ConfigurationError, match="safety_margin"):
+        config.replace(safety_margin=math.nan)
+    changed = config.replace(safety_margin=1.0)
+    assert (changed.safety_margin, config.safety_margin) == (1.0, 1.2)
+    assert (await manager.compact_with_result(KEY, 2000, config=changed)).removed_count > 0
 
 
 # -- the translation seam ------------------------------------------------------------------

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal, get_args
+from collections.abc import Iterator
+from typing import Any, Literal, get_args
+
+from pydantic import ValidationInfo, field_validator
 
 from ..errors import ConfigurationError
+from ..support.settings import Settings
 
 IdentifierPolicy = Literal["strict", "custom", "off"]
 IDENTIFIER_POLICIES = frozenset(get_args(IdentifierPolicy))
@@ -16,12 +19,13 @@ PROFILES_WITH_PROTECTED_TAIL = frozenset({"coding", "research", "support"})
 PROFILE_PROTECTED_TAIL = 12
 
 
-@dataclass
-class CompactionConfig:
+class CompactionConfig(Settings):
     """How compaction sizes chunks, when it triggers, and what it protects.
 
     The LLM summariser runs only when both ``api_key`` and ``model`` are set; otherwise
-    the deterministic fallback summary is used.
+    the deterministic fallback summary is used. Checked once, when built
+    (``ConfigurationError`` naming the setting), and frozen: ``replace(**changes)`` gives a
+    checked copy.
     """
 
     base_chunk_ratio: float = 0.4
@@ -58,65 +62,82 @@ class CompactionConfig:
     # with it on or off, so HEAD's behaviour is the default). Off: independent summaries.
     rolling_checkpoints: bool = True
 
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Refuse a setting compaction cannot use (``ConfigurationError`` naming it).
-
-        Run at construction and again by every compaction, since the dataclass is mutable.
-        """
-        for name in (
-            "base_chunk_ratio",
-            "min_chunk_ratio",
-            "safety_margin",
-            "timeout_seconds",
-            "total_timeout_seconds",
-            "lease_seconds",
-        ):
-            _finite(name, getattr(self, name))
-        if not 0 < self.base_chunk_ratio <= 1:
+    @field_validator(
+        "base_chunk_ratio",
+        "min_chunk_ratio",
+        "safety_margin",
+        "timeout_seconds",
+        "total_timeout_seconds",
+        "lease_seconds",
+        mode="before",
+    )
+    @classmethod
+    def _number(cls, value: object, info: ValidationInfo) -> object:
+        name = info.field_name
+        assert name is not None
+        _finite(name, value)
+        assert isinstance(value, int | float)
+        if name == "base_chunk_ratio" and not 0 < value <= 1:
+            raise ConfigurationError(f"base_chunk_ratio must be in (0, 1], not {value!r}")
+        if name == "min_chunk_ratio" and not 0 <= value <= 1:
+            raise ConfigurationError(f"min_chunk_ratio must be in [0, 1], not {value!r}")
+        if name in ("safety_margin", "timeout_seconds", "total_timeout_seconds") and value <= 0:
+            raise ConfigurationError(f"{name} must be positive, not {value!r}")
+        if name == "lease_seconds" and value < 0:
             raise ConfigurationError(
-                f"base_chunk_ratio must be in (0, 1], not {self.base_chunk_ratio!r}"
+                f"lease_seconds must be 0 (no lease) or positive, not {value!r}"
             )
-        if not 0 <= self.min_chunk_ratio <= 1:
-            raise ConfigurationError(
-                f"min_chunk_ratio must be in [0, 1], not {self.min_chunk_ratio!r}"
-            )
-        for name in ("safety_margin", "timeout_seconds", "total_timeout_seconds"):
-            if getattr(self, name) <= 0:
-                raise ConfigurationError(f"{name} must be positive, not {getattr(self, name)!r}")
-        if self.lease_seconds < 0:
-            raise ConfigurationError(
-                f"lease_seconds must be 0 (no lease) or positive, not {self.lease_seconds!r}"
-            )
-        _integer("default_parts", self.default_parts, minimum=1)
-        _integer("protected_recent_messages", self.protected_recent_messages, minimum=0)
-        _choice("identifier_policy", self.identifier_policy, IDENTIFIER_POLICIES)
-        _choice("cut_policy", self.cut_policy, CUT_POLICIES)
-        if self.model is not None and not isinstance(self.model, str):
-            raise ConfigurationError(f"model must be a string or None, not {_kind(self.model)}")
-        for name in ("api_key", "base_url", "compaction_profile"):
-            if not isinstance(getattr(self, name), str):
-                # Never show the value: it may be the API key.
-                raise ConfigurationError(
-                    f"{name} must be a string, not {type(getattr(self, name)).__name__}"
-                )
-        for name in (
-            "coverage_blocking",
-            "verified_backfill",
-            "protect_semantic_tail",
-            "rolling_checkpoints",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigurationError(
-                    f"{name} must be True or False, not {_kind(getattr(self, name))}"
-                )
+        return value
 
-    def __repr__(self) -> str:
-        # Never show the API key.
-        shown = {k: ("***" if k == "api_key" and v else v) for k, v in self.__dict__.items()}
-        return "CompactionConfig(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+    @field_validator("default_parts", "protected_recent_messages", mode="before")
+    @classmethod
+    def _count(cls, value: object, info: ValidationInfo) -> object:
+        assert info.field_name is not None
+        _integer(info.field_name, value, minimum=1 if info.field_name == "default_parts" else 0)
+        return value
+
+    @field_validator("identifier_policy", "cut_policy", mode="before")
+    @classmethod
+    def _policy(cls, value: object, info: ValidationInfo) -> object:
+        allowed = IDENTIFIER_POLICIES if info.field_name == "identifier_policy" else CUT_POLICIES
+        assert info.field_name is not None
+        _choice(info.field_name, value, allowed)
+        return value
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: object) -> object:
+        if value is not None and not isinstance(value, str):
+            raise ConfigurationError(f"model must be a string or None, not {_kind(value)}")
+        return value
+
+    @field_validator("api_key", "base_url", "compaction_profile", mode="before")
+    @classmethod
+    def _text(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            # Never show the value: it may be the API key.
+            raise ConfigurationError(
+                f"{info.field_name} must be a string, not {type(value).__name__}"
+            )
+        return value
+
+    @field_validator(
+        "coverage_blocking",
+        "verified_backfill",
+        "protect_semantic_tail",
+        "rolling_checkpoints",
+        mode="before",
+    )
+    @classmethod
+    def _flag(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"{info.field_name} must be True or False, not {_kind(value)}")
+        return value
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # repr() and str(): never show the API key.
+        for name, value in super().__repr_args__():
+            yield name, ("***" if name == "api_key" and value else value)
 
     @property
     def protected_tail(self) -> int:

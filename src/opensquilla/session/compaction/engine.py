@@ -98,7 +98,7 @@ def bound_to_boundary(request: CompactionRequest) -> CompactionRequest | None:
         return None
     config = request.config
     protected = max(config.protected_tail, len(request.entries) - index)
-    return replace(request, config=replace(config, protected_recent_messages=protected))
+    return replace(request, config=config.replace(protected_recent_messages=protected))
 
 
 def _skip(request: CompactionRequest, total: int, reason: str) -> CompactionResult:

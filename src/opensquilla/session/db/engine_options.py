@@ -28,9 +28,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
+from pydantic import ValidationInfo, field_validator, model_validator
 from sqlalchemy.engine import URL
 
 from ..errors import ConfigurationError
+from ..support.settings import Settings
 
 
 class EngineOptions(TypedDict, total=False):
@@ -145,34 +147,73 @@ _SET_BY_THE_STORE = (
 )
 
 
+class EngineSettings(Settings):
+    """:class:`EngineOptions`, checked once, when the storage is built (the module doc's
+    rules; :meth:`for_target` applies the backend's)."""
+
+    pool_size: int | None = None
+    max_overflow: int | None = None
+    pool_timeout: float | None = None
+    pool_recycle: float | None = None
+    pool_pre_ping: bool | None = None
+    pool_use_lifo: bool | None = None
+    echo: bool | None = None
+    echo_pool: bool | None = None
+    connect_args: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: object) -> object:
+        unknown = sorted(set(data) - set(_CHECKS)) if isinstance(data, Mapping) else []
+        if unknown:
+            reserved = [name for name in unknown if name in _SET_BY_THE_STORE]
+            why = f" ({', '.join(reserved)}: set by the store itself)" if reserved else ""
+            raise ConfigurationError(
+                f"unknown storage option(s) {', '.join(unknown)}{why}; accepted: "
+                f"sqlite_synchronous, {', '.join(_CHECKS)}"
+            )
+        return data
+
+    @field_validator(*_CHECKS, mode="before")
+    @classmethod
+    def _option(cls, value: object, info: ValidationInfo) -> object:
+        assert info.field_name is not None
+        return _CHECKS[info.field_name](info.field_name, value)
+
+    def for_target(self, *, backend: str, memory: bool) -> EngineSettings:
+        """These options where the store runs: SQLite refuses what its connections or
+        ``:memory:`` cannot take; on PostgreSQL ``connect_args`` become asyncpg's."""
+        if backend == "sqlite":
+            given = [
+                name for name in ("connect_args", *_POOL_OPTIONS) if getattr(self, name) is not None
+            ]
+            refused = given if memory else [name for name in given if name == "connect_args"]
+            if refused:
+                where = "':memory:' has one connection and no pool"
+                if not memory:
+                    where = "SQLite connections are set up by the store itself"
+                raise ConfigurationError(
+                    f"{', '.join(refused)} cannot be used with SQLite here: {where}"
+                )
+            return self
+        if self.connect_args is None:
+            return self
+        return self.replace(connect_args=_driver_arguments(self.connect_args, from_url=False))
+
+    def options(self) -> dict[str, Any]:
+        """The options given (``None`` is SQLAlchemy's default), for ``create_engine``."""
+        return {
+            name: value
+            for name in type(self).model_fields
+            if (value := getattr(self, name)) is not None
+        }
+
+
 def check_engine_options(
     options: Mapping[str, object], *, backend: str, memory: bool
-) -> dict[str, Any]:
+) -> EngineSettings:
     """The options, checked and normalised (see the module doc for the rules)."""
-    unknown = sorted(set(options) - set(_CHECKS))
-    if unknown:
-        reserved = [name for name in unknown if name in _SET_BY_THE_STORE]
-        why = f" ({', '.join(reserved)}: set by the store itself)" if reserved else ""
-        raise ConfigurationError(
-            f"unknown storage option(s) {', '.join(unknown)}{why}; accepted: "
-            f"sqlite_synchronous, {', '.join(_CHECKS)}"
-        )
-    checked = {name: _CHECKS[name](name, value) for name, value in options.items()}
-    if backend == "sqlite":
-        given = [name for name in ("connect_args", *_POOL_OPTIONS) if checked.get(name) is not None]
-        refused = given if memory else [name for name in given if name == "connect_args"]
-        if refused:
-            where = "':memory:' has one connection and no pool"
-            if not memory:
-                where = "SQLite connections are set up by the store itself"
-            raise ConfigurationError(
-                f"{', '.join(refused)} cannot be used with SQLite here: {where}"
-            )
-    else:
-        connect_args = checked.get("connect_args")
-        if connect_args is not None:
-            checked["connect_args"] = _driver_arguments(connect_args, from_url=False)
-    return checked
+    return EngineSettings(**options).for_target(backend=backend, memory=memory)
 
 
 # -- PostgreSQL: URL parameters and connect_args for asyncpg -------------------------------

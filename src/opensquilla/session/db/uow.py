@@ -14,7 +14,8 @@ decides what it holds.
 * ``append_in_one_statement()``: the fenced append as exactly one statement, which the
   database applies atomically on its own, in autocommit: no BEGIN/COMMIT round trips, and
   the checkout, the statement and the return in one crossing into SQLAlchemy's greenlet
-  (where :meth:`UnitOfWork.appends_in_one_statement`).
+  (where :meth:`UnitOfWork.appends_in_one_statement`); on the pool's DBAPI connection while
+  nothing listens for statements (``db/direct_statement.py``), else through a ``Connection``.
 * ``read()``: statements in autocommit mode, each consistent on its own (our reads are
   single statements); ``snapshot()`` gives one consistent snapshot for several statements.
 
@@ -29,14 +30,21 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from ..errors import DatabaseUnavailableError, EventLoopMismatchError
+from ..errors import EventLoopMismatchError
 from ..models import TranscriptEntry
+from .direct_statement import (
+    Plan,
+    first_value,
+    plan_for,
+    refused_connection,
+    statements_watched,
+)
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import translated_errors
@@ -52,6 +60,10 @@ from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
 
 T = TypeVar("T")
+
+# The append on the pool's DBAPI connection while no listener watches statements
+# (``db/direct_statement.py``); tests and the benchmark turn it off to compare.
+FAST_APPEND = True
 
 
 class Transaction:
@@ -105,6 +117,11 @@ class UnitOfWork:
             self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
             self._reader = self._single
             self._snapshot = engine.execution_options(isolation_level="REPEATABLE READ")
+        # What the autocommit view sets on a connection for its statement (the direct path
+        # sets and resets it the same way).
+        self._isolation_level: str | None = self._single.get_execution_options().get(
+            "isolation_level"
+        )
 
     @property
     def is_postgres(self) -> bool:
@@ -142,7 +159,26 @@ class UnitOfWork:
         autocommit, where :meth:`appends_in_one_statement`: the new row id, or ``None`` when
         the fence refused. The checkout, the statement and the connection's return cross
         into SQLAlchemy's greenlet once, not four times (``AsyncConnection``'s connect,
-        execute, commit and close each cross): 0.15 ms of an append (README#performance)."""
+        execute, commit and close each cross): 0.15 ms of an append (README#performance).
+        While no listener watches statements (checked at each call) the statement runs on
+        the pool's DBAPI connection, without SQLAlchemy's ``Connection`` around it."""
+        if FAST_APPEND and not statements_watched(self._single.sync_engine):
+            stmt, params = fenced_append.one_statement_append(
+                self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+            )
+            plan = plan_for(self._single.sync_engine, stmt, tuple(params))
+            if plan is not None:
+                value = await self._run_direct(plan, params)
+                if value is None and token_delta:
+                    await self._run_statement(
+                        functools.partial(
+                            fenced_append.check_overflow,
+                            entry=entry,
+                            expected_epoch=expected_epoch,
+                            token_delta=token_delta,
+                        )
+                    )
+                return int(value) if value is not None else None
         work = functools.partial(
             fenced_append.append_and_touch,
             entry=entry,
@@ -152,6 +188,19 @@ class UnitOfWork:
             one_statement=True,
         )
         return await self._run_statement(work)
+
+    async def _run_direct(self, plan: Plan, params: dict[str, Any]) -> Any:
+        """``plan`` on the pool's DBAPI connection (``db/direct_statement.py``), in one
+        greenlet; the same lock and error translation as :meth:`_run_statement`."""
+        self._check_loop()
+        async with self._locked(self._write_lock), translated_errors():
+            return await greenlet_spawn(
+                first_value,
+                self._single.sync_engine,
+                plan,
+                params,
+                isolation_level=self._isolation_level,
+            )
 
     async def _run_statement(self, work: Callable[[Connection], T]) -> T:
         """``work(connection)`` (synchronous, exactly one write statement, atomic by itself)
@@ -193,7 +242,7 @@ class UnitOfWork:
             try:
                 conn = await engine.connect()
             except OSError as exc:
-                raise _unavailable(exc) from exc
+                raise refused_connection(exc) from exc
             try:
                 yield conn
             finally:
@@ -216,13 +265,8 @@ def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
     try:
         conn = engine.connect()
     except OSError as exc:
-        raise _unavailable(exc) from exc
+        raise refused_connection(exc) from exc
     with conn:
         result = work(conn)
         conn.commit()
         return result
-
-
-def _unavailable(exc: OSError) -> DatabaseUnavailableError:
-    """The error for a connection the database refused or never answered (``OSError``)."""
-    return DatabaseUnavailableError(f"cannot connect to the database: {exc}")

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, Unpack
 
+from pydantic import Field, field_validator
+
 from ..config import ArchiveStore, SqliteSynchronous, archive_directory
 from ..config import archive_store as configured_archive_store
 from ..config import sqlite_synchronous as configured_sqlite_synchronous
@@ -42,6 +44,7 @@ from ..errors import (
 )
 from ..fs.files import ensure_private_file
 from ..fs.reset_archive import RecoveredArchive, recover_staged_archives, store_tag
+from ..support.settings import Settings
 
 if TYPE_CHECKING:  # the engine is the db layer's; storage only hands it out
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -51,6 +54,49 @@ log = logging.getLogger(__package__)  # opensquilla.session.storage, as before t
 
 class StorageNotConnectedError(SessionStoreError, RuntimeError):
     """The storage was used before ``connect()`` or after ``close()``."""
+
+
+class StorageSettings(Settings):
+    """The storage's own settings (beside the engine's, ``db/engine_options.py``), checked
+    once, when the storage is built. ``archive_store`` unset is
+    ``$OPENSQUILLA_SESSION_ARCHIVE_STORE``, else ``files``, read then."""
+
+    # Unset: $OPENSQUILLA_SQLITE_SYNCHRONOUS, else FULL, read when the storage is built.
+    sqlite_synchronous: SqliteSynchronous = Field(default=None, validate_default=True)
+    create: bool = True
+    # Unset: read when the storage is built (the validator runs for the default too).
+    archive_store: ArchiveStore | None = Field(default=None, validate_default=True)
+    archive_dir: str | os.PathLike[str] | None = None
+
+    @field_validator("sqlite_synchronous", mode="before")
+    @classmethod
+    def _level(cls, value: object) -> object:
+        return configured_sqlite_synchronous(value)  # refused there, by its name
+
+    @field_validator("create", mode="before")
+    @classmethod
+    def _create(cls, value: object) -> object:
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"create must be True or False, not {type(value).__name__}")
+        return value
+
+    @field_validator("archive_store", mode="before")
+    @classmethod
+    def _archive_store(cls, value: object) -> object:
+        return configured_archive_store(value)  # type: ignore[arg-type]  # refused there
+
+    @field_validator("archive_dir", mode="before")
+    @classmethod
+    def _archive_dir(cls, value: object) -> object:
+        if value is not None and (
+            not isinstance(value, str | os.PathLike) or not str(value).strip()
+        ):
+            raise ConfigurationError(
+                "archive_dir must be a directory path or None (then "
+                "$OPENSQUILLA_SESSION_ARCHIVE_DIR, else <opensquilla home>/session-archive), "
+                f"not {value!r}"[:200]
+            )
+        return value
 
 
 class StorageLifecycle:
@@ -69,11 +115,14 @@ class StorageLifecycle:
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
-        level = configured_sqlite_synchronous(sqlite_synchronous)
-        if not isinstance(create, bool):
-            raise ConfigurationError(f"create must be True or False, not {type(create).__name__}")
-        self._sqlite_synchronous: SqliteSynchronous = level
-        self._create = create
+        settings = StorageSettings(
+            sqlite_synchronous=sqlite_synchronous,
+            create=create,
+            archive_store=archive_store,
+            archive_dir=archive_dir,
+        )
+        self._sqlite_synchronous: SqliteSynchronous = settings.sqlite_synchronous
+        self._create = settings.create
         if engine_options and is_engine(target):
             raise ConfigurationError(
                 f"engine option(s) {', '.join(sorted(engine_options))} cannot apply to "
@@ -95,16 +144,9 @@ class StorageLifecycle:
         self._engine_options = check_engine_options(
             engine_options, backend=self._target.backend, memory=self._target.memory
         )
-        if archive_dir is not None and (
-            not isinstance(archive_dir, str | os.PathLike) or not str(archive_dir).strip()
-        ):
-            raise ConfigurationError(
-                "archive_dir must be a directory path or None (then "
-                "$OPENSQUILLA_SESSION_ARCHIVE_DIR, else <opensquilla home>/session-archive), "
-                f"not {archive_dir!r}"[:200]
-            )
-        self._archive_store = configured_archive_store(archive_store)
-        self._archive_dir = archive_dir
+        assert settings.archive_store is not None  # its validator read the default
+        self._archive_store: ArchiveStore = settings.archive_store
+        self._archive_dir = settings.archive_dir
         # A :memory: database has no lasting name: its archives carry one of their own.
         self._memory_tag = uuid.uuid4().hex[:8]
         self._db: UnitOfWork | None = None
@@ -160,7 +202,7 @@ class StorageLifecycle:
         return create_engine(
             self._target,
             sqlite_synchronous=self._sqlite_synchronous,
-            options=self._engine_options,
+            options=self._engine_options.options(),
             create=self._create,
         )
 

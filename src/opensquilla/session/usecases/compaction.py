@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import functools
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
@@ -186,7 +185,6 @@ class Compactor:
             raise InvalidInputError(
                 f"config must be a CompactionConfig or None, not {type(config).__name__}"
             )
-        config.validate()  # a mutable dataclass: checked again on every use
         if isinstance(context_window_tokens, bool) or not isinstance(context_window_tokens, int):
             raise InvalidInputError(
                 "context_window_tokens must be an integer, not "
@@ -206,9 +204,6 @@ class Compactor:
         if summarizer is not None and not callable(getattr(summarizer, "summarize", None)):
             raise InvalidInputError("summarizer must have an async summarize() method")
         key = canonicalize_session_key(session_key)
-        # Each caller's own copy: a summariser (or anything downstream) that changes the
-        # config it is handed never changes the caller's, which may be shared.
-        config = copy.copy(config)
         total = config.total_timeout_seconds
         deadline = asyncio.get_running_loop().time() + total
 

@@ -46,13 +46,13 @@ def config_fingerprint(config: CompactionConfig, *, portable: bool = False) -> d
     """Every knob of ``config``; the API key only as its :func:`secret_fingerprint`, or
     (``portable``: the same in every process) not at all."""
     shown: dict[str, Any] = {}
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if field.name == "api_key":
+    for name in type(config).model_fields:
+        value = getattr(config, name)
+        if name == "api_key":
             if portable:
                 continue
             value = secret_fingerprint(value)
-        shown[field.name] = value
+        shown[name] = value
     return shown
 
 

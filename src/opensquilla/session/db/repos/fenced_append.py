@@ -162,25 +162,19 @@ def append_and_touch(
     ``transcript_appends`` view). SQLite without: the fenced UPDATE, then the INSERT, inside
     the caller's write transaction. ``None`` when the fence refused.
     """
+    if conn.dialect.name == "postgresql" or one_statement:
+        stmt, row = one_statement_append(
+            conn.dialect.name,
+            entry,
+            expected_epoch=expected_epoch,
+            now=now,
+            token_delta=token_delta,
+        )
+        value = conn.execute(stmt, row).scalar_one_or_none()
+        if value is None and token_delta:
+            check_overflow(conn, entry, expected_epoch, token_delta)
+        return int(value) if value is not None else None
     params = touch_params(entry, expected_epoch, now, token_delta)
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
-        stmt = _PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND
-        value = conn.execute(stmt, params).scalar_one_or_none()
-        if value is None and token_delta:
-            _refuse_overflow(conn, params, token_delta)
-        return int(value) if value is not None else None
-    if one_statement:
-        row = values_of(entry, live)
-        row["fence_epoch"] = expected_epoch
-        row["touched_at"] = now
-        row["token_delta"] = token_delta
-        row["tokens_ceiling"] = INT64_MAX - token_delta
-        value = conn.execute(_SQLITE_APPEND, row).scalar_one_or_none()
-        if value is None and token_delta:
-            _refuse_overflow(conn, params, token_delta)
-        return int(value) if value is not None else None
     touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
     if not conn.execute(touch, params).rowcount:
         if token_delta:
@@ -189,6 +183,32 @@ def append_and_touch(
     key = conn.execute(INSERT_ENTRY, values_of(entry, live)).inserted_primary_key
     assert key is not None
     return int(key[0])
+
+
+def one_statement_append(
+    dialect: str, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
+) -> tuple[Any, dict[str, Any]]:
+    """The one-statement append and its parameters (by bind name) on ``dialect``: the new
+    row's id as its one returned value, or no row when the fence refused."""
+    if dialect == "postgresql":
+        params = touch_params(entry, expected_epoch, now, token_delta)
+        params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
+        return (_PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND), params
+    touch_params(entry, expected_epoch, now, token_delta)  # the delta's check
+    row = values_of(entry, live)
+    row["fence_epoch"] = expected_epoch
+    row["touched_at"] = now
+    row["token_delta"] = token_delta
+    row["tokens_ceiling"] = INT64_MAX - token_delta
+    return _SQLITE_APPEND, row
+
+
+def check_overflow(
+    conn: Connection, entry: TranscriptEntry, expected_epoch: int, token_delta: int
+) -> None:
+    """After a refused one-statement append with ``token_delta``: raise when the generation
+    is there but has no room for the delta; return when the fence was stale."""
+    _refuse_overflow(conn, fence_params(entry, expected_epoch), token_delta)
 
 
 def _refuse_overflow(conn: Connection, params: dict[str, Any], token_delta: int) -> None:

@@ -1,0 +1,260 @@
+"""One write statement on the pool's DBAPI connection, for when nobody watches statements.
+
+The append is one statement in autocommit (``uow.append_in_one_statement``). Through
+SQLAlchemy's ``Connection`` it pays for the execution context, the event dispatch, the
+result object and the commit bookkeeping: about half of its Python time (README#performance).
+None of that changes what the database does; it is what makes every statement visible on
+``storage.engine``, whose events are a public seam (OpenTelemetry's SQLAlchemy
+instrumentation, the fault-injection tests). So the statement runs here only while nothing
+listens for statements (:func:`statements_watched`, decided per call: a listener attached
+after ``connect()`` is honoured at the next append); otherwise it takes the ``Connection``
+path.
+
+Here, on the DBAPI connection the engine's pool hands out (its checkout and checkin
+listeners, its ping, its reset on return all run as usual), the statement compiled once per
+engine by SQLAlchemy's own compiler, its values bound by the same type processors, is
+executed on a cursor, and everything that goes wrong ends as it would on the ``Connection``
+path: a driver error wrapped by ``DBAPIError.instance`` (so ``db/errors.py`` translates it
+alike), the pool invalidated on a disconnect and the connection never returned broken, the
+connection invalidated when a cancellation (or any other exit exception) interrupts the
+statement, anything else the caller raised passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from ..errors import DatabaseUnavailableError
+
+# Engine events that see a statement or its commit. The Connection path fires them; here
+# none would, so any listener sends the statement there. Not among them: "begin" (the
+# store's own SQLite setup listens to it; an autocommit statement begins nothing) and
+# "engine_connect" (SQLAlchemy itself listens to it on an engine view with an isolation
+# level, to set it on each Connection: done here too, see ``_isolation``).
+CONNECTION_EVENTS = (
+    "before_cursor_execute",
+    "after_cursor_execute",
+    "before_execute",
+    "after_execute",
+    "commit",
+)
+DIALECT_EVENTS = ("handle_error", "do_execute")  # ``event.listen(engine, ...)`` puts them here
+
+# The drivers whose DBAPI adapters this module knows (what their execution contexts do
+# around a statement is done here too); any other takes the Connection path.
+DRIVERS = frozenset({"aiosqlite", "asyncpg"})
+
+
+def statements_watched(engine: Engine) -> bool:
+    """Whether something watches ``engine``'s statements: a listener on one of the
+    statement events (on the engine, its parent engine, or the ``Engine`` class), or
+    statement logging (``echo``, or the ``sqlalchemy.engine`` logger at INFO)."""
+    dispatch = engine.dispatch
+    for name in CONNECTION_EVENTS:
+        if getattr(dispatch, name):
+            return True
+    dialect_dispatch = engine.dialect.dispatch
+    for name in DIALECT_EVENTS:
+        if getattr(dialect_dispatch, name):
+            return True
+    return engine._should_log_info()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A statement compiled for one engine: its SQL and how its values are bound."""
+
+    sql: str
+    compiled: SQLCompiler
+    order: tuple[str, ...]
+    processors: Mapping[str, Callable[[Any], Any]]
+    sequence: Callable[[list[Any]], Sequence[Any]]
+
+    def values(self, params: Mapping[str, Any]) -> Sequence[Any]:
+        """The DBAPI parameters, as ``DefaultExecutionContext`` binds them."""
+        bound = self.compiled.construct_params(params, escape_names=False)
+        processors = self.processors
+        return self.sequence(
+            [processors[key](bound[key]) if key in processors else bound[key] for key in self.order]
+        )
+
+
+_PLANS: weakref.WeakKeyDictionary[Dialect, dict[tuple[int, tuple[str, ...]], Plan | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def plan_for(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) -> Plan | None:
+    """``statement`` compiled for ``engine`` with the parameter names ``keys`` (once per
+    dialect), or ``None`` when it cannot run here: another driver, a named paramstyle,
+    Python-side defaults or expanding parameters (what the execution context would add)."""
+    dialect = engine.dialect
+    plans = _PLANS.setdefault(dialect, {})
+    cache_key = (id(statement), keys)
+    if cache_key in plans:
+        return plans[cache_key]
+    plan = _compile(engine, statement, keys)
+    plans[cache_key] = plan
+    return plan
+
+
+def _compile(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) -> Plan | None:
+    dialect = engine.dialect
+    if dialect.driver not in DRIVERS:
+        return None
+    translate = engine.get_execution_options().get("schema_translate_map")
+    compiled = statement.compile(
+        dialect=dialect,
+        column_keys=sorted(keys),
+        schema_translate_map=translate,
+        render_schema_translate=bool(translate),
+    )
+    assert isinstance(compiled, SQLCompiler)
+    if (
+        not compiled.positional
+        or compiled.positiontup is None
+        or compiled.insert_prefetch
+        or compiled.update_prefetch
+        or compiled.literal_execute_params
+        or compiled.post_compile_params
+    ):
+        return None
+    # SQLAlchemy's own processors for these binds (what _init_compiled applies); a tuple
+    # type's sequence of processors is not for here.
+    processors: dict[str, Callable[[Any], Any]] = {}
+    for name, processor in compiled._bind_processors.items():
+        if not callable(processor):
+            return None
+        processors[name] = processor
+    return Plan(
+        sql=compiled.string,
+        compiled=compiled,
+        order=tuple(compiled.positiontup),
+        processors=processors,
+        sequence=dialect.execute_sequence_format,
+    )
+
+
+def first_value(
+    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
+) -> Any:
+    """In SQLAlchemy's greenlet: check a connection out of ``engine``'s pool, run
+    ``plan`` with ``params`` on it (``isolation_level`` set for the statement and reset
+    after, as the ``Connection`` path does for an engine's option), return the first
+    column of the first row (``None`` for no row) and the connection to the pool."""
+    dialect = engine.dialect
+    dbapi_error = dialect.loaded_dbapi.Error
+    try:
+        fairy = engine.raw_connection()
+    except OSError as exc:
+        raise refused_connection(exc) from exc
+    except dbapi_error as exc:
+        raise sa_exc.DBAPIError.instance(
+            None,
+            None,
+            exc,
+            dbapi_error,
+            hide_parameters=engine.hide_parameters,
+            connection_invalidated=dialect.is_disconnect(exc, None, None),
+            dialect=dialect,
+        ) from exc
+    try:
+        with _isolation(dialect, fairy, isolation_level):
+            try:
+                values = plan.values(params)
+            except Exception as exc:  # a value a type cannot bind: StatementError
+                raise sa_exc.DBAPIError.instance(
+                    plan.sql,
+                    params,
+                    exc,
+                    dbapi_error,
+                    hide_parameters=engine.hide_parameters,
+                    dialect=dialect,
+                ) from exc
+            cursor = fairy.cursor()
+            try:
+                _before_execute(dialect, cursor)
+                dialect.do_execute(cursor, plan.sql, values, None)
+                row = cursor.fetchone()
+            except dbapi_error as exc:
+                _raise_driver_error(engine, fairy, cursor, exc, plan.sql, values)
+            finally:
+                cursor.close()
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and fairy.is_valid:
+            # A cancellation (or KeyboardInterrupt) with the statement in flight: the
+            # connection's state is unknown; SQLAlchemy's Connection invalidates it too.
+            fairy.invalidate(exc)
+        raise
+    finally:
+        fairy.close()
+    return row[0] if row is not None else None
+
+
+@contextlib.contextmanager
+def _isolation(dialect: Dialect, fairy: PoolProxiedConnection, level: str | None) -> Iterator[None]:
+    if level is None:
+        yield
+        return
+    dialect.set_isolation_level(fairy.dbapi_connection, level)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        if fairy.is_valid:
+            dialect.reset_isolation_level(fairy.dbapi_connection)  # type: ignore[arg-type]
+
+
+def _before_execute(dialect: Dialect, cursor: Any) -> None:
+    """What the driver's execution context does before a statement (``pre_exec``)."""
+    if dialect.driver == "asyncpg":
+        # The prepared-statement cache of the connection is checked against this.
+        cursor._invalidate_schema_cache_asof = dialect._invalidate_schema_cache_asof  # type: ignore[attr-defined]
+
+
+def _raise_driver_error(
+    engine: Engine,
+    fairy: PoolProxiedConnection,
+    cursor: Any,
+    exc: Exception,
+    statement: str,
+    values: Sequence[Any],
+) -> Any:
+    """As ``Connection._handle_dbapi_exception``: wrapped, and on a disconnect the pool
+    and the connection invalidated."""
+    dialect = engine.dialect
+    disconnect = dialect.is_disconnect(exc, fairy, cursor)  # type: ignore[arg-type]
+    loaded = dialect.loaded_dbapi
+    if dialect.driver == "asyncpg" and isinstance(
+        exc, (loaded.InvalidCachedStatementError, loaded.InternalServerError)
+    ):
+        dialect._invalidate_schema_cache()  # type: ignore[attr-defined]
+    wrapped = sa_exc.DBAPIError.instance(
+        statement,
+        values,
+        exc,
+        loaded.Error,
+        hide_parameters=engine.hide_parameters,
+        connection_invalidated=disconnect,
+        dialect=dialect,
+    )
+    if disconnect:
+        engine.pool._invalidate(fairy, exc)
+        if fairy.is_valid:
+            fairy.invalidate(exc)
+    raise wrapped from exc
+
+
+def refused_connection(exc: OSError) -> DatabaseUnavailableError:
+    """The error for a connection the database refused or never answered (``OSError``),
+    on either path's checkout."""
+    return DatabaseUnavailableError(f"cannot connect to the database: {exc}")

@@ -1,0 +1,109 @@
+"""Settings are pydantic models checked once, when built (``support/settings.py``):
+``CompactionConfig``, the engine options and the storage's own settings refuse a bad value
+with the package's ``ConfigurationError`` naming it (never pydantic's ``ValidationError``),
+and cannot change afterwards."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from opensquilla.session import SessionStorage
+from opensquilla.session.compaction import CompactionConfig
+from opensquilla.session.db.engine_options import EngineSettings, check_engine_options
+from opensquilla.session.errors import ConfigurationError
+from opensquilla.session.storage.lifecycle import StorageSettings
+
+SECRET = "sk-never-shown-0123456789"
+
+
+def test_compaction_config_is_a_frozen_checked_model() -> None:
+    config = CompactionConfig(safety_margin=2, api_key=SECRET, model="m")
+    assert isinstance(config, pydantic.BaseModel)
+    assert config.safety_margin == 2.0 and config.llm_enabled
+    for attempt in (
+        lambda: setattr(config, "safety_margin", math.nan),
+        lambda: setattr(config, "api_key", ""),
+        lambda: delattr(config, "model"),
+    ):
+        with pytest.raises(ConfigurationError, match="cannot be changed once built"):
+            attempt()
+    assert (config.safety_margin, config.api_key, config.model) == (2.0, SECRET, "m")
+    # equal by value and hashable, as a frozen value should be
+    assert config == CompactionConfig(safety_margin=2, api_key=SECRET, model="m")
+    assert len({config, CompactionConfig(safety_margin=2, api_key=SECRET, model="m")}) == 1
+
+
+def test_a_changed_copy_is_checked_like_a_new_config() -> None:
+    config = CompactionConfig(default_parts=3)
+    changed = config.replace(protected_recent_messages=4)
+    assert (changed.default_parts, changed.protected_recent_messages) == (3, 4)
+    assert config.protected_recent_messages == 0
+    with pytest.raises(ConfigurationError, match="protected_recent_messages"):
+        config.replace(protected_recent_messages=-1)
+    with pytest.raises(ConfigurationError, match="unknown CompactionConfig setting"):
+        config.replace(no_such_setting=1)
+
+
+def test_the_api_key_is_never_shown() -> None:
+    config = CompactionConfig(api_key=SECRET, model="m")
+    assert SECRET not in repr(config) and SECRET not in str(config) and SECRET not in f"{config}"
+    assert "api_key='***'" in repr(config)
+    with pytest.raises(ConfigurationError) as caught:
+        CompactionConfig(api_key=12345)  # type: ignore[arg-type]
+    assert "12345" not in str(caught.value)
+    assert caught.value.__suppress_context__  # pydantic's error (with the value) not shown
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"base_chunk_ratio": 1.5}, r"base_chunk_ratio must be in \(0, 1\], not 1.5"),
+        ({"lease_seconds": -1}, "lease_seconds must be 0 .no lease. or positive"),
+        ({"cut_policy": "rounds"}, "cut_policy must be one of api_rounds, entries"),
+        ({"rolling_checkpoints": 1}, "rolling_checkpoints must be True or False, not 1"),
+        ({"timeout": 5}, "unknown CompactionConfig setting.s.: timeout"),
+    ],
+)
+def test_compaction_config_refusals_are_configuration_errors(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message) as caught:
+        CompactionConfig(**options)
+    assert not isinstance(caught.value, pydantic.ValidationError)
+    with pytest.raises(ConfigurationError, match=message):
+        CompactionConfig.model_validate(options)
+
+
+def test_engine_options_are_a_checked_model_per_backend() -> None:
+    settings = check_engine_options(
+        {"pool_size": 3, "max_overflow": "2", "pool_pre_ping": False},
+        backend="postgresql",
+        memory=False,
+    )
+    assert isinstance(settings, EngineSettings)
+    assert settings.options() == {"pool_size": 3, "max_overflow": 2, "pool_pre_ping": False}
+    with pytest.raises(ConfigurationError, match="cannot be changed once built"):
+        settings.pool_size = 10  # type: ignore[misc]
+    with pytest.raises(ConfigurationError, match="':memory:' has one connection and no pool"):
+        check_engine_options({"pool_size": 3}, backend="sqlite", memory=True)
+    with pytest.raises(ConfigurationError, match=r"poolclass: set by the store itself"):
+        check_engine_options({"poolclass": object}, backend="postgresql", memory=False)
+
+
+def test_storage_settings_are_checked_once_when_the_storage_is_built(tmp_path: Path) -> None:
+    settings = StorageSettings(sqlite_synchronous="normal", archive_store="database")  # type: ignore[arg-type]
+    assert (settings.sqlite_synchronous, settings.create, settings.archive_store) == (
+        "NORMAL",
+        True,
+        "database",
+    )
+    with pytest.raises(ConfigurationError, match="archive_store must be one of files, database"):
+        SessionStorage(tmp_path / "never.db", archive_store="tape")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="sqlite_synchronous must be one of"):
+        SessionStorage(tmp_path / "never.db", sqlite_synchronous="SOMETIMES")  # type: ignore[arg-type]
+    assert not (tmp_path / "never.db").exists()
