@@ -69,7 +69,8 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session, backend: str) -> None:
     """The suite on one backend. Tests that use no database run in the SQLite session
     only (tests/conftest.py); ``-- -n 0`` runs in one process (for ``pdb``)."""
-    session.install("-e", ".[test]")
+    # pip itself too: uv's environments come without it, and the wheel test builds with it.
+    session.install("-e", ".[test]", "pip")
     env = {"OPENSQUILLA_TEST_DATABASE_URL": ""}
     if backend == "postgres":
         url = postgres_url()
