@@ -117,6 +117,16 @@ def translate(exc: BaseException) -> SessionStoreError | None:
     return None
 
 
+def leaves_connection_in_doubt(exc: BaseException) -> bool:
+    """Whether a connection on which ``exc`` escaped may no longer be in a known state:
+    anything the database, the driver or SQLAlchemy raised (what :func:`translate` maps).
+    Our own errors and the caller's exceptions are raised between statements: a rollback
+    is enough."""
+    if not isinstance(exc, Exception) or isinstance(exc, SessionStoreError):
+        return False
+    return translate(exc) is not None
+
+
 @contextlib.asynccontextmanager
 async def translated_errors() -> AsyncIterator[None]:
     try:

@@ -21,6 +21,12 @@ decides what it holds.
 A ``:memory:`` database has one shared connection, so every unit of work on it takes the
 lock. Errors from the database are translated at this seam (``db/errors.py``); anything the
 caller raises inside a unit of work rolls it back and propagates unchanged.
+
+A connection on which the database or its driver raised goes back to the pool discarded,
+not reused: after a failed statement the driver's bookkeeping may disagree with the server
+(asyncpg keeps a transaction it never began as its outermost one, so every later unit of
+work on that connection turns into a SAVEPOINT outside any transaction), and one bad
+request must not break the calls after it. The next checkout opens a new connection.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
-from .errors import translated_errors
+from .errors import leaves_connection_in_doubt, translated_errors
 from .repos import fenced_append
 from .repos.compaction_leases import LeaseRepository
 from .repos.context_states import ContextStateRepository
@@ -196,6 +202,10 @@ class UnitOfWork:
                 raise _unavailable(exc) from exc
             try:
                 yield conn
+            except BaseException as exc:
+                if leaves_connection_in_doubt(exc):
+                    await conn.invalidate()
+                raise
             finally:
                 await conn.close()
 
@@ -218,8 +228,13 @@ def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
     except OSError as exc:
         raise _unavailable(exc) from exc
     with conn:
-        result = work(conn)
-        conn.commit()
+        try:
+            result = work(conn)
+            conn.commit()
+        except BaseException as exc:
+            if leaves_connection_in_doubt(exc):
+                conn.invalidate()
+            raise
         return result
 
 
