@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Self, Unpack, get_args
 from ..config import ArchiveStore, archive_directory
 from ..config import archive_store as configured_archive_store
 from ..db import migrate
-from ..db.dsn import StorageTarget, parse_target, with_schema
+from ..db.dsn import StorageTarget, parse_target, shown_path, with_schema
 from ..db.engine import (
     SqliteSynchronous,
     adopt_engine,
@@ -39,6 +39,7 @@ from ..errors import (
     DatabaseNotFoundError,
     DatabaseUnavailableError,
     SessionStoreError,
+    StoragePathError,
 )
 from ..fs.files import ensure_private_file
 from ..fs.reset_archive import RecoveredArchive, recover_staged_archives, store_tag
@@ -158,10 +159,21 @@ class StorageLifecycle:
             return self._app_engine
         path = self._target.path
         if path is not None:
-            if self._create:
-                ensure_private_file(path)
-            elif not path.exists():
-                raise DatabaseNotFoundError(f"no database at {path}; nothing was created")
+            try:
+                if self._create:
+                    ensure_private_file(path)
+                elif not path.exists():
+                    raise DatabaseNotFoundError(f"no database at {path}; nothing was created")
+            except SessionStoreError:
+                raise
+            except OSError as exc:
+                # Too long a name, a directory where no file can be made (/proc), no
+                # permission: the path is the problem, named as the caller gave it.
+                reason = exc.strerror or str(exc)
+                raise StoragePathError(
+                    f"storage path {shown_path(path)} cannot be used as a database file: "
+                    f"{reason}; nothing was created"
+                ) from exc
         return create_engine(
             self._target,
             sqlite_synchronous=self._sqlite_synchronous,
