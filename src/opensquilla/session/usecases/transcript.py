@@ -12,7 +12,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ..errors import InvalidInputError, SessionNotFoundError, StaleEpochError
+from ..errors import (
+    ConfigurationError,
+    InvalidInputError,
+    SessionNotFoundError,
+    StaleEpochError,
+)
 from ..keys import canonicalize_session_key
 from ..models import (
     TranscriptEntry,
@@ -27,7 +32,7 @@ from ..models.identity import chosen_message_id
 from ..models.reports import DeletionPreview
 from ..storage import SessionStorage
 from ..support.clock import now_ms
-from ..support.timeprefix import stamp
+from ..support.timeprefix import stamp, zone_problem
 from .generations import GenerationCache
 
 # The logger keeps the name it had before the code moved: users configure it by name.
@@ -86,6 +91,9 @@ class Transcripts:
         self._generations = generations
         self._memory_sync_notify = memory_sync_notify
         self._inject_time_prefix = inject_time_prefix
+        problem = zone_problem(time_prefix_tz)
+        if problem is not None:
+            raise ConfigurationError(f"time_prefix_tz {problem}")
         self._time_prefix_tz = time_prefix_tz
 
     def message_fields(
