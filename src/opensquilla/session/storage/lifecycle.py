@@ -115,6 +115,7 @@ class StorageLifecycle:
         self._memory_tag = uuid.uuid4().hex[:8]
         self._db: UnitOfWork | None = None
         self._recovered: tuple[RecoveredArchive, ...] = ()
+        self._lost_reset_archives = 0
 
     @classmethod
     def from_engine(
@@ -240,6 +241,15 @@ class StorageLifecycle:
             if self._target.schema is not None:  # another schema, another store
                 identity += f"?schema={self._target.schema}"
         return store_tag(identity)
+
+    @property
+    def lost_reset_archives(self) -> int:
+        """How many resets through this storage, since it was made, went on without their
+        archive (it could not be written: a full disk, say), losing the old history."""
+        return self._lost_reset_archives
+
+    def count_lost_reset_archive(self) -> None:
+        self._lost_reset_archives += 1
 
     @property
     def recovered_archives(self) -> tuple[RecoveredArchive, ...]:
