@@ -7,9 +7,11 @@ refuses it (``StaleEpochError``) instead of losing it into a deleted generation.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from time import monotonic
 from typing import Any
 
 from ..errors import (
@@ -73,6 +75,11 @@ def token_delta(token_count: int | None, turn_usage: dict[str, Any] | None) -> i
     """What an append adds to ``total_tokens``: ``token_count`` when there is no
     ``turn_usage`` (usage is then accounted elsewhere)."""
     return token_count if token_count and turn_usage is None else 0
+
+
+# How long a plain append (no caller epoch: "the current generation") keeps retrying while
+# resets commit between its read of the generation and its write (docs/semantics.md#fencing).
+PLAIN_APPEND_RETRY_SECONDS = 10.0
 
 
 class Transcripts:
@@ -182,8 +189,9 @@ class Transcripts:
         )
         key = canonicalize_session_key(session_key)
         delta = token_delta(token_count, turn_usage)
+        deadline: float | None = None
         while True:
-            (session_id, epoch), cached = await self._generations.current(key)
+            (session_id, epoch), _cached = await self._generations.current(key)
             # InvalidInputError names any value out of its domain
             entry = TranscriptEntry(session_id=session_id, session_key=key, **fields)
             try:
@@ -195,11 +203,21 @@ class Transcripts:
                     await self._storage.append_message_entry(
                         entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
                     )
-            except StaleEpochError:
+            except StaleEpochError as exc:
+                # The caller named no generation: the append means "the current one". A
+                # reset committed between our read and our write, so read the row again and
+                # write to its generation; through a storm of resets, for up to
+                # PLAIN_APPEND_RETRY_SECONDS (docs/semantics.md#fencing).
                 self._generations.forget(key)
-                if cached:
-                    continue  # our cached generation was old: read the row and try once more
-                raise
+                if deadline is None:
+                    deadline = monotonic() + PLAIN_APPEND_RETRY_SECONDS
+                elif monotonic() >= deadline:
+                    raise StaleEpochError(
+                        f"append to {key} met a reset on every try for "
+                        f"{PLAIN_APPEND_RETRY_SECONDS:g} s; nothing was written ({exc})"
+                    ) from exc
+                await asyncio.sleep(0)  # let the resets' own tasks run between tries
+                continue
             break
         await self.notify_memory_sync(entry)
         return entry
