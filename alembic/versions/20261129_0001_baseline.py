@@ -316,11 +316,13 @@ TABLES: dict[str, tuple[Callable[[], list[Any]], IndexSpec, dict[str, Any]]] = {
 _BACKFILL_DEFAULTS = {sa.Text: "''", sa.BigInteger: "0", sa.Integer: "0"}
 
 
-# What makes a table one of ours: its primary key, and the columns the older store created
-# it with as NOT NULL without a default (they were there from its first release, and
-# adoption could only invent values for them). ``sessions`` is identified by its key alone:
-# the older store itself left a bare ``sessions(session_key TEXT PRIMARY KEY)`` behind
-# (docs/semantics.md#adoption), which is adopted.
+# What makes a table one of ours: its primary key, the columns the older store created it
+# with as NOT NULL without a default (they were there from its first release, and adoption
+# could only invent values for them), and no column the older store never had (see
+# ``_foreign_columns``). ``sessions`` needs no particular column besides its key: the older
+# store itself left a bare ``sessions(session_key TEXT PRIMARY KEY)`` behind
+# (docs/semantics.md#adoption), which is adopted; a web framework's
+# ``sessions(session_key, session_data, expire_date)`` is not.
 OUR_TABLE_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sessions": (("session_key",), ()),
     "transcript_entries": (
@@ -403,6 +405,28 @@ def _shown(name: str) -> str:
     return text if len(text) <= 64 else text[:64] + "..."
 
 
+def _foreign_columns(table: str, columns: list[str]) -> list[str]:
+    """The columns of ``table`` that no release of the older store created there.
+
+    Every column the older store ever gave one of the five tables is one of the columns this
+    revision declares (the union of both legacy revisions), so a table with any other column
+    is not proven to be the older store's, however much its key looks like ours: adopting it
+    would turn someone else's rows into sessions that ``prune`` or ``cap`` then delete."""
+    ours = {column.name for column in TABLES[table][0]() if isinstance(column, sa.Column)}
+    ours |= LATER_COLUMNS.get(table, frozenset())
+    return [column for column in columns if column not in ours]
+
+
+# Columns later revisions of this history add to the five tables: a database whose schema is
+# complete but whose version row is gone (a restored backup) re-runs this revision and must
+# be recognised as ours. A revision that adds a column to one of the five tables adds it
+# here too (tests/migrations/test_adoption_safety.py checks it against the models).
+LATER_COLUMNS: dict[str, frozenset[str]] = {
+    # 0003, PostgreSQL only: the full-text search vector.
+    "transcript_entries": frozenset({"search_vector"}),
+}
+
+
 def _refuse_foreign_tables(bind: sa.engine.Connection, present: set[str]) -> None:
     """Refuse, before anything is written, a table that only shares one of our names."""
     inspector = sa.inspect(bind)
@@ -422,6 +446,14 @@ def _refuse_foreign_tables(bind: sa.engine.Connection, present: set[str]) -> Non
         absent = [column for column in required if column not in columns]
         if absent:
             wrong.append(f"it lacks column(s) {', '.join(absent)}")
+        foreign = _foreign_columns(table, columns)
+        if foreign:
+            shown_foreign = ", ".join(_shown(c) for c in foreign[:6])
+            more_foreign = f" and {len(foreign) - 6} more" if len(foreign) > 6 else ""
+            wrong.append(
+                f"it has column(s) {shown_foreign}{more_foreign} that the older store's "
+                "table never had"
+            )
         if wrong:
             shown = ", ".join(_shown(c) for c in columns[:12])
             more = f" and {len(columns) - 12} more" if len(columns) > 12 else ""

@@ -10,6 +10,7 @@ the models accept round-trips exactly on both backends.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -102,7 +103,7 @@ def test_every_float_and_boolean_field_refuses_what_one_backend_would_change(
     }
     base = {name: value for name, value in required.items() if name in model.model_fields}
     for column in _table(table_name).columns:
-        if isinstance(column.type, Float):
+        if isinstance(getattr(column.type, "impl_instance", column.type), Float):
             bad: tuple[Any, ...] = (float("nan"), float("inf"), -float("inf"), True, "1.0")
         elif isinstance(column.type, Boolean):
             bad = (1, 0, "yes", None)
@@ -407,3 +408,67 @@ async def test_rows_outside_the_domain_written_before_it_still_load(
     )
     await manager.append_message(KEY, "user", "and appendable", token_count=3)
     assert (await manager.get_session(KEY)).total_tokens == -2  # type: ignore[union-attr]
+
+
+# -- one zero (issue 31, item 3) ------------------------------------------------------------
+
+
+def _signs_of_zeros(value: Any) -> list[float]:
+    """``copysign(1, z)`` of every float zero in ``value``."""
+    if isinstance(value, float):
+        return [math.copysign(1.0, value)] if value == 0.0 else []
+    if isinstance(value, dict):
+        return [sign for inner in value.values() for sign in _signs_of_zeros(inner)]
+    if isinstance(value, list | tuple):
+        return [sign for inner in value for sign in _signs_of_zeros(inner)]
+    return []
+
+
+async def test_a_negative_zero_is_stored_as_zero_on_both_backends(
+    manager: SessionManager, storage: SessionStorage
+) -> None:
+    """``jsonb`` has no negative zero and SQLite's ``REAL`` stores one as the integer 0,
+    while SQLite's JSON text and PostgreSQL's ``double precision`` kept it: the same write
+    read back differently on the two backends, so a copy between them could never verify.
+    Now both store 0.0, in JSON and in float columns."""
+    zeros = {"n": -0.0, "l": [-0.0, 1.5, {"deep": -0.0}], "keep": -0.05}
+    await manager.create(KEY, origin=zeros, delivery_context={"z": -0.0})
+    await manager.update(KEY, estimated_cost_usd=-0.0, total_cost_usd=-0.0)
+    await manager.append_message(
+        KEY, "assistant", "hi", turn_usage={"cost": -0.0}, tool_calls=[{"id": "t", "x": -0.0}]
+    )
+    node = await manager.get_session(KEY)
+    assert node is not None
+    entries = await manager.get_transcript(KEY)
+    values = [
+        node.origin,
+        node.delivery_context,
+        node.estimated_cost_usd,
+        node.total_cost_usd,
+        entries[0].turn_usage,
+        entries[0].tool_calls,
+    ]
+    signs = _signs_of_zeros(values)
+    assert len(signs) == 8 and set(signs) == {1.0}, values
+    assert node.origin is not None and node.origin["keep"] == -0.05
+
+
+async def test_a_negative_zero_written_before_the_rule_reads_back_as_zero(
+    storage: SessionStorage, manager: SessionManager
+) -> None:
+    """Rows written by an earlier release may hold ``-0.0`` where the backend kept it
+    (SQLite JSON text, PostgreSQL ``double precision``); they read back in the domain."""
+    await manager.create(KEY)
+    document = sa.literal_column("'{\"n\": -0.0}'")
+    async with storage.engine.begin() as conn:
+        await conn.execute(
+            sa.update(tables.sessions)
+            .where(tables.sessions.c.session_key == KEY)
+            .values(
+                origin=document if not storage.uow.is_postgres else {"n": 0.0},
+                estimated_cost_usd=sa.literal_column("CAST('-0' AS DOUBLE PRECISION)"),
+            )
+        )
+    node = await manager.get_session(KEY)
+    assert node is not None and node.origin == {"n": 0.0}
+    assert _signs_of_zeros([node.origin, node.estimated_cost_usd]) == [1.0, 1.0]

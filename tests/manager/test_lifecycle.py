@@ -12,6 +12,7 @@ import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.errors import (
+    ConfigurationError,
     InvalidInputError,
     ProtectedFieldError,
     SessionExistsError,
@@ -406,3 +407,38 @@ async def test_time_prefix_applies_to_user_messages_only(storage: SessionStorage
     for role in ("assistant", "system", "tool"):
         entry = await manager.append_message(KEY, role, f"plain {role} words")
         assert entry.content == f"plain {role} words"
+
+
+@pytest.mark.parametrize(
+    ("zone", "said"),
+    [
+        ("Not/A_Zone", "'Not/A_Zone' is not a time zone"),
+        ("utc+2", "is not a time zone"),
+        ("../../etc/passwd", "is not a time zone"),
+        ("", "not blank"),
+        ("   ", "not blank"),
+        (5, "not int"),
+    ],
+)
+async def test_a_time_prefix_zone_that_names_no_zone_is_refused(
+    storage: SessionStorage, monkeypatch: pytest.MonkeyPatch, zone: object, said: str
+) -> None:
+    """It used to stamp UTC (or whatever the environment named) silently: a typo in the
+    zone put every user message at the wrong time."""
+    monkeypatch.setenv("OPENSQUILLA_TIMEZONE", "Asia/Kolkata")
+    with pytest.raises(ConfigurationError, match="time_prefix_tz") as refused:
+        SessionManager(storage, inject_time_prefix=True, time_prefix_tz=zone)  # type: ignore[arg-type]
+    assert said in str(refused.value)
+
+
+async def test_a_time_prefix_zone_from_the_environment_that_names_none_is_passed_over(
+    storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The environment is the machine's setting, not an argument: as before, a variable
+    naming no zone is passed over for the next one."""
+    monkeypatch.setenv("OPENSQUILLA_TIMEZONE", "Not/A_Zone")
+    monkeypatch.setenv("TZ", "UTC")
+    manager = SessionManager(storage, inject_time_prefix=True)
+    await manager.create(KEY)
+    entry = await manager.append_message(KEY, "user", "hello")
+    assert entry.content is not None and _UTC_STAMP.match(entry.content), entry.content

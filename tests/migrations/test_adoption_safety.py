@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import sqlalchemy as sa
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.errors import MigrationError
 from tests.helpers import run_alembic
 
 from ..cli.support import cli, run
-from .raw import raw_state, run_sql, version_rows
+from .raw import fetch, raw_state, run_sql, version_rows
 from .test_legacy_adoption import LEGACY_SUMMARY_ROW, _Backend, legacy_summaries
 
 # For each of our names, someone else's table called that, with a row or two, and what
@@ -185,3 +186,90 @@ async def test_alembic_command_line_refuses_a_foreign_table_in_one_line(
 
     assert await raw_state(backend, empty_database) == before
     assert await version_rows(backend, empty_database) is None
+
+
+# A table that shares our name *and our key* but is not ours (issue 31, item 2): a web
+# framework's session table. Before, its key alone made it ours: ``connect()`` grafted some
+# sixty columns and the epoch trigger onto it, its rows became sessions updated at 0, and
+# ``prune --older-than 30d``, ``cap`` or ``db downgrade base`` then deleted them.
+LOOKALIKE_SESSIONS = [
+    "CREATE TABLE sessions (session_key TEXT PRIMARY KEY, session_data TEXT NOT NULL, "
+    "expire_date INTEGER NOT NULL)",
+    "INSERT INTO sessions VALUES ('k7x9', 'eyJ1c2VyIjoxfQ==', 1900000000), "
+    "('agent:main:a', 'e30=', 1900000001)",
+]
+LOOKALIKE_MISSING = (
+    "it has column(s) session_data, expire_date that the older store's table never had"
+)
+
+
+async def test_connect_refuses_a_lookalike_sessions_table_keyed_by_session_key(
+    backend: _Backend, empty_database: str
+) -> None:
+    await run_sql(backend, empty_database, [*LOOKALIKE_SESSIONS, *NEIGHBOUR])
+    before = await raw_state(backend, empty_database)
+
+    storage = SessionStorage(empty_database)
+    with pytest.raises(MigrationError) as refused:
+        await storage.connect()
+    assert not storage.is_connected
+    _assert_one_line_refusal(str(refused.value), "sessions", LOOKALIKE_MISSING)
+
+    assert await raw_state(backend, empty_database) == before
+    assert await version_rows(backend, empty_database) is None
+
+
+def test_db_upgrade_and_prune_leave_a_lookalike_sessions_table_alone(
+    backend: _Backend, empty_database: str
+) -> None:
+    run(run_sql(backend, empty_database, LOOKALIKE_SESSIONS))
+    before = run(raw_state(backend, empty_database))
+
+    for args in (("db", "upgrade"), ("prune", "--older-than", "30d")):
+        result = cli(empty_database, *args)
+        assert result.exit_code != 0, (args, result.output)
+        assert "Traceback" not in result.output
+        assert "table sessions is not an opensquilla session table" in result.stderr
+        assert run(raw_state(backend, empty_database)) == before
+    assert run(version_rows(backend, empty_database)) is None
+
+
+async def test_the_older_stores_own_sessions_columns_are_still_adopted(
+    backend: _Backend, empty_database: str
+) -> None:
+    """The rule is "no column the older store never had", not "only the key": a legacy
+    ``sessions`` with a handful of its own columns is adopted, its rows kept."""
+    await run_sql(
+        backend,
+        empty_database,
+        [
+            "CREATE TABLE sessions (session_key TEXT PRIMARY KEY, session_id TEXT NOT NULL, "
+            "created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, label TEXT)",
+            "INSERT INTO sessions VALUES ('agent:main:kept', 'sid-kept', 1, 2, 'x')",
+        ],
+    )
+    async with SessionStorage(empty_database) as storage:
+        assert storage.is_connected
+    rows = await fetch(backend, empty_database, "SELECT session_key, label FROM sessions")
+    assert [tuple(r) for r in rows] == [("agent:main:kept", "x")]
+
+
+def test_every_column_of_ours_is_known_to_the_baseline_check() -> None:
+    """A database at head whose version row is gone re-runs the baseline, whose check then
+    sees every column later revisions added: each must be known to it as ours, or the
+    store's own tables would be refused as foreign."""
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
+    from opensquilla.session.db import migrate
+    from opensquilla.session.db.base import Base
+
+    baseline = migrate.script_directory().get_revision("0001").module
+    context = MigrationContext.configure(dialect_name="sqlite")
+    for table, (columns, _indexes, _options) in baseline.TABLES.items():
+        with Operations.context(context):
+            declared = columns()
+        known = {c.name for c in declared if isinstance(c, sa.Column)}
+        known |= baseline.LATER_COLUMNS.get(table, frozenset())
+        modelled = set(Base.metadata.tables[table].c.keys())
+        assert modelled <= known, (table, modelled - known)

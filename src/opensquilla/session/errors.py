@@ -21,6 +21,14 @@ class ConfigurationError(SessionStoreError, ValueError):
     """A storage target, DSN or setting that cannot be used."""
 
 
+class StoragePathError(ConfigurationError, OSError):
+    """A SQLite storage path that cannot be a database file: not encodable as a file name
+    (a lone surrogate), too long, or in a place where no file can be created (``/proc``,
+    a missing or read-only directory). Raised naming the path, before anything is opened;
+    also an ``OSError``, as the file system's own refusal was; that refusal, if any, is the
+    ``__cause__``."""
+
+
 class InvalidInputError(SessionStoreError, ValueError):
     """A value the store refuses before anything is written."""
 
@@ -155,5 +163,6 @@ __all__ = [
     "SessionStoreError",
     "StaleEpochError",
     "StaleGenerationError",
+    "StoragePathError",
     "TurnOutcomeUnavailableError",
 ]

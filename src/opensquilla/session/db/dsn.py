@@ -26,7 +26,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from ..config import mask_password
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoragePathError
 from .engine_options import postgres_connection
 from .pg_schema import checked_schema
 
@@ -166,9 +166,26 @@ def parse_target(target: str | os.PathLike[str]) -> StorageTarget:
 
 
 def _sqlite_file(path: Path) -> StorageTarget:
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        raise StoragePathError(
+            f"storage path {shown_path(path)} cannot be a file name: it holds an unpaired "
+            "surrogate code point, which the file system encoding cannot encode"
+        ) from None
     resolved = path.expanduser().absolute()
     url = URL.create("sqlite+aiosqlite", database=str(resolved))
     return StorageTarget(url, "sqlite", resolved)
+
+
+def shown_path(path: Path | str) -> str:
+    """A path for a one-line message: unencodable and control characters escaped, and a
+    very long path cut (its length said)."""
+    text = str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    if len(text) > 120:
+        return f"'{text[:60]}...' ({len(str(path))} characters)"
+    return f"'{text}'"
 
 
 def _from_url(text: str) -> StorageTarget:

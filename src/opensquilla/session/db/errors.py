@@ -25,6 +25,25 @@ _PG_REFUSED_CHARACTER = {"22021", "22P05"}  # character_not_in_repertoire, untra
 _PG_OUT_OF_RANGE = "22003"  # numeric_value_out_of_range: a counter past its column's type
 _PG_PROGRAM_LIMIT = "54000"  # program_limit_exceeded: e.g. an index entry that is too large
 _PG_NO_DATABASE = "3D000"  # invalid_catalog_name: the URL names a database the server lacks
+# An outage, not a refusal: the server cannot serve this connection now (retry later).
+_PG_UNAVAILABLE_CLASSES = ("08",)  # connection_exception: 08000, 08001, 08003, 08006, ...
+_PG_UNAVAILABLE = {
+    "53300",  # too_many_connections: out of connection slots
+    "57P01",  # admin_shutdown: the server is shutting down (or this backend was terminated)
+    "57P02",  # crash_shutdown: another backend crashed, the server is restarting
+    "57P03",  # cannot_connect_now: the server is starting up or shutting down
+    "57P05",  # idle_session_timeout: the server closed the session
+    "25P03",  # idle_in_transaction_session_timeout: the server closed the session
+}
+
+
+def is_unavailable_sqlstate(sqlstate: str | None) -> bool:
+    """Whether a SQLSTATE says the server is (for now) not serving this connection: a
+    caller's retry-on-unavailable must see the whole of a restart, whichever of these
+    codes each connection attempt met."""
+    if sqlstate is None:
+        return False
+    return sqlstate in _PG_UNAVAILABLE or sqlstate.startswith(_PG_UNAVAILABLE_CLASSES)
 
 
 def _driver_message(exc: sa_exc.DBAPIError) -> str:
@@ -76,11 +95,15 @@ def translate(exc: BaseException) -> SessionStoreError | None:
         if encode_error is not None:
             return translate(encode_error)
         message = _driver_message(exc)
-        if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError):
+        sqlstate = _sqlstate(exc)
+        if (
+            exc.connection_invalidated
+            or isinstance(exc, sa_exc.InterfaceError)
+            or is_unavailable_sqlstate(sqlstate)
+        ):
             return DatabaseUnavailableError(f"database connection failed: {message}")
         if isinstance(exc, sa_exc.IntegrityError):
             return IntegrityViolationError(f"database refused the change: {message}")
-        sqlstate = _sqlstate(exc)
         if sqlstate == _PG_NO_DATABASE:
             return DatabaseNotFoundError(
                 f"{message} on the server; nothing was created (the store creates tables, "
@@ -115,6 +138,16 @@ def translate(exc: BaseException) -> SessionStoreError | None:
     if isinstance(exc, sa_exc.SQLAlchemyError):
         return DatabaseError(f"database layer error: {exc}")
     return None
+
+
+def leaves_connection_in_doubt(exc: BaseException) -> bool:
+    """Whether a connection on which ``exc`` escaped may no longer be in a known state:
+    anything the database, the driver or SQLAlchemy raised (what :func:`translate` maps).
+    Our own errors and the caller's exceptions are raised between statements: a rollback
+    is enough."""
+    if not isinstance(exc, Exception) or isinstance(exc, SessionStoreError):
+        return False
+    return translate(exc) is not None
 
 
 @contextlib.asynccontextmanager

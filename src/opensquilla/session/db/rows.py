@@ -43,7 +43,7 @@ from .tables import (
     sessions,
     transcript_entries,
 )
-from .types import LosslessText, sqlite_json_value, unescape_text
+from .types import LosslessText, Real, signless_zero, sqlite_json_value, unescape_text
 
 M = TypeVar("M", bound=_Record)
 
@@ -95,7 +95,7 @@ def read_columns(table: Table, dialect_name: str) -> tuple[ColumnElement[Any], .
         type_coerce(c, Text).label(c.name)
         if c.name in JSON_COLUMNS
         else cast(c, Float).label(c.name)
-        if isinstance(c.type, Float)
+        if isinstance(c.type, Float | Real)
         else c
         for c in table.columns
     )
@@ -139,7 +139,8 @@ def driver_converters(
     decoding of :func:`read_columns`' text on SQLite.
 
     On SQLite: JSON text is decoded and a ``BOOLEAN`` (stored 0/1) becomes a ``bool``. On
-    Postgres: ``LosslessText`` is unescaped (asyncpg has decoded JSON and booleans). Every
+    Postgres: ``LosslessText`` is unescaped (asyncpg has decoded JSON and booleans) and a
+    ``Real`` zero loses its sign (SQLite's ``REAL`` already has). Every
     other column arrives as its model's type. ``tests/storage/test_fast_reads.py`` checks
     this against SQLAlchemy's own processors, for every table on both backends.
     """
@@ -156,6 +157,8 @@ def driver_converters(
                 out.append((key, bool))
         elif isinstance(column.type, LosslessText):
             out.append((key, unescape_text))
+        elif isinstance(column.type, Real):
+            out.append((key, signless_zero))
     return tuple(out)
 
 

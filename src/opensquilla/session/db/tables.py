@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Boolean, Float, Index, Integer, Table, Text, false, text, true
+from sqlalchemy import BigInteger, Boolean, Index, Integer, Table, Text, false, text, true
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .base import Base
-from .types import IntId, JSONValue, LosslessText, Millis
+from .types import IntId, JSONValue, LosslessText, Millis, Real
 
 _ZERO = text("0")
 _ONE = text("1")
@@ -69,10 +69,10 @@ class SessionRow(Base):
     output_tokens: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
     total_tokens: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
     total_tokens_fresh: Mapped[bool] = mapped_column(Boolean, server_default=false())
-    estimated_cost_usd: Mapped[float] = mapped_column(Float, server_default=_ZERO_REAL)
-    total_cost_usd: Mapped[float] = mapped_column(Float, server_default=_ZERO_REAL)
-    billed_cost_usd: Mapped[float] = mapped_column(Float, server_default=_ZERO_REAL)
-    estimated_cost_component_usd: Mapped[float] = mapped_column(Float, server_default=_ZERO_REAL)
+    estimated_cost_usd: Mapped[float] = mapped_column(Real, server_default=_ZERO_REAL)
+    total_cost_usd: Mapped[float] = mapped_column(Real, server_default=_ZERO_REAL)
+    billed_cost_usd: Mapped[float] = mapped_column(Real, server_default=_ZERO_REAL)
+    estimated_cost_component_usd: Mapped[float] = mapped_column(Real, server_default=_ZERO_REAL)
     cost_source: Mapped[str] = mapped_column(LosslessText, server_default=_text_default("none"))
     missing_cost_entries: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)
     cache_read: Mapped[int] = mapped_column(BigInteger, server_default=_ZERO)

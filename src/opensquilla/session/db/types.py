@@ -5,6 +5,8 @@ Rules (docs/semantics.md#values):
 * timestamps are integer milliseconds (``BigInteger``); ids auto-increment on both
   backends (``INTEGER PRIMARY KEY AUTOINCREMENT`` on SQLite, ``BIGSERIAL`` on Postgres);
 * JSON is ``JSON`` with a ``JSONB`` variant on Postgres, SQL ``NULL`` for ``None``;
+* floats (in ``Real`` columns and in JSON) have one zero: ``-0.0`` is stored, and read, as
+  ``0.0`` on both backends (``jsonb`` and SQLite ``REAL`` cannot keep its sign);
 * free text is ``Text`` and round-trips exactly. SQLite stores any valid Unicode string,
   NUL included. PostgreSQL refuses NUL in ``text`` and ``\\u0000`` in ``jsonb``, so on
   Postgres a string holding NUL (or starting with the escape marker) is stored escaped:
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Integer, Text
+from sqlalchemy import JSON, BigInteger, Float, Integer, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -68,8 +70,26 @@ def _walk(value: Any, fn: Callable[[str], str]) -> Any:
     return value
 
 
+def without_negative_zero(value: Any) -> Any:
+    """``value`` with every float ``-0.0`` made ``0.0`` (the rest as it is; containers are
+    copied only along the way to one): the one value domain of both backends. ``jsonb``
+    stores numbers as ``numeric``, which has no negative zero, and a SQLite ``REAL`` column
+    stores ``-0.0`` as the integer 0; so the store never keeps the sign of a zero, on
+    either backend, rather than keep it on one only."""
+    if isinstance(value, float):
+        return 0.0 if value == 0.0 else value
+    if isinstance(value, dict):
+        return {name: without_negative_zero(inner) for name, inner in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_negative_zero(inner) for inner in value]
+    return value
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    if "-0.0" in text:  # rare: a negative zero, or a number such as -0.05
+        text = json.dumps(without_negative_zero(value), ensure_ascii=False, allow_nan=False)
+    return text
 
 
 def _dumps_keeping_big_floats(value: Any) -> str:
@@ -141,6 +161,13 @@ def _loads(text: str | bytes) -> Any:
     return json.loads(text)
 
 
+def _zero_signless(decoded: Any, text: str | bytes) -> Any:
+    """A decoded JSON value as the store's domain has it (:func:`without_negative_zero`):
+    rows written before the rule may hold ``-0.0`` in SQLite's JSON text."""
+    marker: Any = "-0.0" if text.__class__ is str else b"-0.0"
+    return without_negative_zero(decoded) if marker in text else decoded
+
+
 def sqlite_json_value(value: Any) -> Any:
     """A SQLite JSON column's stored value, decoded: JSON text (``str`` or ``bytes``) as
     its value, any other stored value as itself (:func:`_loads` inlined: this runs once
@@ -156,11 +183,11 @@ def sqlite_json_value(value: Any) -> Any:
             pass
         else:
             if end == len(value):
-                return decoded
+                return _zero_signless(decoded, value)
     elif value.__class__ is not bytes:
         return value
     try:
-        return json.loads(value)
+        return _zero_signless(json.loads(value), value)
     except ValueError:
         return None
 
@@ -180,6 +207,43 @@ def json_deserializer(dialect_name: str) -> Callable[[str | bytes], Any]:
         return value
 
     return loads_pg
+
+
+class Real(TypeDecorator[float]):
+    """``Float`` in the store's one value domain: ``-0.0`` is written, and read, as
+    ``0.0`` (:func:`without_negative_zero`). SQLite's ``REAL`` loses the sign of a zero
+    and PostgreSQL's ``double precision`` keeps it; a value must read back the same from
+    both, or a copy between them could never verify."""
+
+    impl = Float
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        impl = self.impl_instance.dialect_impl(dialect).bind_processor(dialect)
+        if impl is None:
+            return signless_zero
+
+        def process(value: Any) -> Any:
+            return impl(signless_zero(value))
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        impl = self.impl_instance.dialect_impl(dialect).result_processor(dialect, coltype)
+        if dialect.name != "postgresql":  # a REAL column cannot hold -0.0 there
+            return impl
+        if impl is None:
+            return signless_zero
+
+        def process(value: Any) -> Any:
+            return signless_zero(impl(value))
+
+        return process
+
+
+def signless_zero(value: Any) -> Any:
+    """A float column's value in the one domain: ``-0.0`` as ``0.0``."""
+    return 0.0 if value.__class__ is float and value == 0.0 else value
 
 
 class LosslessText(TypeDecorator[str]):

@@ -22,6 +22,12 @@ decides what it holds.
 A ``:memory:`` database has one shared connection, so every unit of work on it takes the
 lock. Errors from the database are translated at this seam (``db/errors.py``); anything the
 caller raises inside a unit of work rolls it back and propagates unchanged.
+
+A connection on which the database or its driver raised goes back to the pool discarded,
+not reused: after a failed statement the driver's bookkeeping may disagree with the server
+(asyncpg keeps a transaction it never began as its outermost one, so every later unit of
+work on that connection turns into a SAVEPOINT outside any transaction), and one bad
+request must not break the calls after it. The next checkout opens a new connection.
 """
 
 from __future__ import annotations
@@ -29,14 +35,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from ..errors import EventLoopMismatchError
+from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
 from .direct_statement import (
     Plan,
@@ -47,7 +53,7 @@ from .direct_statement import (
 )
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
-from .errors import translated_errors
+from .errors import leaves_connection_in_doubt, translated_errors
 from .repos import fenced_append
 from .repos.compaction_leases import LeaseRepository
 from .repos.context_states import ContextStateRepository
@@ -105,6 +111,7 @@ class UnitOfWork:
         sqlite = target.backend == "sqlite"
         self._write_lock = asyncio.Lock() if sqlite else None
         self._append_view: bool | None = None  # SQLite: revision 0008's view, once seen
+        self._slots, self._slot_timeout = _pool_slots(engine)
         # Engine views sharing one pool and one event dispatch (listeners on `engine` see
         # every statement); each fixes how its connections begin.
         if sqlite:
@@ -191,15 +198,18 @@ class UnitOfWork:
 
     async def _run_direct(self, plan: Plan, params: dict[str, Any]) -> Any:
         """``plan`` on the pool's DBAPI connection (``db/direct_statement.py``), in one
-        greenlet; the same lock and error translation as :meth:`_run_statement`."""
+        greenlet; the same lock, pool slot, run-to-its-end and error translation as
+        :meth:`_run_statement`."""
         self._check_loop()
-        async with self._locked(self._write_lock), translated_errors():
-            return await greenlet_spawn(
-                first_value,
-                self._single.sync_engine,
-                plan,
-                params,
-                isolation_level=self._isolation_level,
+        async with self._locked(self._write_lock), self._pool_slot(), translated_errors():
+            return await _not_interrupted(
+                greenlet_spawn(
+                    first_value,
+                    self._single.sync_engine,
+                    plan,
+                    params,
+                    isolation_level=self._isolation_level,
+                )
             )
 
     async def _run_statement(self, work: Callable[[Connection], T]) -> T:
@@ -207,8 +217,10 @@ class UnitOfWork:
         on a connection of the autocommit view, in one greenlet; the in-process write lock
         and the error translation as every write unit of work has them."""
         self._check_loop()
-        async with self._locked(self._write_lock), translated_errors():
-            return await greenlet_spawn(_run_on_connection, self._single.sync_engine, work)
+        async with self._locked(self._write_lock), self._pool_slot(), translated_errors():
+            return await _not_interrupted(
+                greenlet_spawn(_run_on_connection, self._single.sync_engine, work)
+            )
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Transaction]:
@@ -238,15 +250,59 @@ class UnitOfWork:
 
     @contextlib.asynccontextmanager
     async def _connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-        async with translated_errors():
+        async with self._pool_slot(), translated_errors():
+            conn = engine.connect()
             try:
-                conn = await engine.connect()
+                # The checkout (perhaps a new connection, the pre-ping) runs to its end.
+                if self.is_postgres:  # a new connection, a pre-ping: network round trips
+                    await _not_interrupted(conn.start())
+                else:
+                    await conn.start()
             except OSError as exc:
                 raise refused_connection(exc) from exc
+            except asyncio.CancelledError:
+                if conn.sync_connection is not None:  # checked out meanwhile: hand it back
+                    await _not_interrupted(conn.close())
+                raise
             try:
                 yield conn
+            except asyncio.CancelledError:
+                # A statement may be in flight: the driver is cancelling it on the server.
+                # Let that finish, then throw the connection away, both to their end.
+                if self.is_postgres:
+                    await _not_interrupted(_discard_cancelled(conn))
+                raise
+            except BaseException as exc:
+                if leaves_connection_in_doubt(exc):
+                    await conn.invalidate()
+                raise
             finally:
-                await conn.close()
+                await _not_interrupted(conn.close())
+
+    @contextlib.asynccontextmanager
+    async def _pool_slot(self) -> AsyncIterator[None]:
+        """One of the pool's connections (``pool_size + max_overflow``) for this unit of
+        work, waited for here, where a cancellation is clean, rather than inside the pool,
+        where it would interrupt the driver (:func:`_not_interrupted`). The wait is bounded
+        by the pool's own timeout."""
+        slots = self._slots
+        if slots is None:
+            yield
+            return
+        try:
+            if slots.locked():
+                await asyncio.wait_for(slots.acquire(), self._slot_timeout)
+            else:
+                await slots.acquire()  # one is free: taken at once, no suspension
+        except TimeoutError:
+            raise DatabaseUnavailableError(
+                f"no database connection came free within {self._slot_timeout:g} s "
+                "(every connection of the pool is in use: pool_size + max_overflow)"
+            ) from None
+        try:
+            yield
+        finally:
+            slots.release()
 
     @staticmethod
     @contextlib.asynccontextmanager
@@ -258,6 +314,46 @@ class UnitOfWork:
             yield
 
 
+async def _not_interrupted(statement: Coroutine[Any, Any, T]) -> T:
+    """``await statement`` (a checkout, :func:`_run_on_connection`, a clean-up; begun with a
+    pool slot held, so it never waits for the pool), where a cancellation waits for it to
+    finish before it propagates.
+
+    Cancelling the driver half-way through a statement, or through opening a connection,
+    leaves the connection unusable: the pool then closes it from the cancelled task, which
+    fails again ("Exception closing connection"), and asyncpg's own futures are left holding
+    errors no one retrieves ("Future exception was never retrieved"): cancelling 400 appends
+    logged hundreds of those and threw away pooled connections. One statement is short; it
+    runs to its end and hands its connection back, and the caller still gets its
+    ``CancelledError`` (the append may then have been written, as when a cancellation meets
+    a COMMIT). Waiting for a slot (:meth:`UnitOfWork._pool_slot`) stays cancellable."""
+    running = asyncio.ensure_future(statement)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        while not running.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(running)
+        if not running.cancelled():
+            running.exception()  # retrieved: the caller gets its cancellation, not this
+        raise
+
+
+async def _discard_cancelled(conn: AsyncConnection) -> None:
+    """Invalidate ``conn`` after a cancellation, once the driver's own clean-up of the
+    interrupted statement (asyncpg sends the server a cancel request on a connection of its
+    own) has run: closing the connection under it leaves that request's futures holding
+    errors no one retrieves."""
+    sync = conn.sync_connection
+    if sync is None or sync.invalidated:
+        return  # SQLAlchemy threw it away itself (the cancellation met a statement)
+    driver = sync.connection.driver_connection
+    pending = getattr(driver, "_cancellations", None)  # asyncpg's cancel requests in flight
+    if pending:
+        await asyncio.gather(*list(pending), return_exceptions=True)
+    await conn.invalidate()
+
+
 def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
     """In SQLAlchemy's greenlet: check a connection out, run ``work`` on it, commit (the
     statement committed itself in autocommit; this ends SQLAlchemy's own transaction
@@ -267,6 +363,25 @@ def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
     except OSError as exc:
         raise refused_connection(exc) from exc
     with conn:
-        result = work(conn)
-        conn.commit()
+        try:
+            result = work(conn)
+            conn.commit()
+        except BaseException as exc:
+            if leaves_connection_in_doubt(exc):
+                conn.invalidate()
+            raise
         return result
+
+
+def _pool_slots(engine: AsyncEngine) -> tuple[asyncio.Semaphore | None, float]:
+    """A semaphore of the pool's capacity, and the pool's timeout, for a bounded pool
+    (PostgreSQL's, a SQLite file's); ``None`` for a pool that never makes a checkout wait
+    (the one connection of ``:memory:``, ``NullPool``, an unbounded overflow)."""
+    pool = engine.pool
+    size, overflow = getattr(pool, "size", None), getattr(pool, "_max_overflow", -1)
+    timeout = getattr(pool, "timeout", None)
+    if not callable(size) or not isinstance(overflow, int) or overflow < 0:
+        return None, 0.0
+    capacity = size() + overflow
+    seconds = timeout() if callable(timeout) else 30.0
+    return asyncio.Semaphore(capacity), float(seconds)

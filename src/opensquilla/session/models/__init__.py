@@ -47,6 +47,8 @@ from .checks import SessionKey as SessionKey
 from .checks import SummaryCompactionId as SummaryCompactionId
 from .checks import Text as Text
 from .checks import check_flag as check_flag
+from .checks import check_instance as check_instance
+from .checks import check_instances as check_instances
 from .checks import check_integer as check_integer
 from .checks import check_millis as check_millis
 from .checks import check_optional_integer as check_optional_integer

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, Field, Strict, ValidationError
 
@@ -26,6 +26,8 @@ from ..keys import canonicalize_session_key, normalize_agent_id
 
 if TYPE_CHECKING:
     from .records import _Record
+
+T = TypeVar("T")
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -163,6 +165,26 @@ def check_optional_integer(
     name: str, value: object, *, minimum: int = 0, maximum: int = INT64_MAX
 ) -> int | None:
     return None if value is None else check_integer(name, value, minimum=minimum, maximum=maximum)
+
+
+def check_instance(name: str, value: object, kind: type[T]) -> T:
+    """``value`` as an argument that must be a ``kind`` (a record the caller read or built)."""
+    if not isinstance(value, kind):
+        raise InvalidInputError(f"{name} must be a {kind.__name__}, not {describe(value)}")
+    return value
+
+
+def check_instances(name: str, values: object, kind: type[T]) -> list[T]:
+    """``values`` as an argument that must be a list or tuple of ``kind`` (a string, which
+    is a sequence of characters, is refused, as is a sequence holding anything else)."""
+    if not isinstance(values, list | tuple):
+        raise InvalidInputError(f"{name} must be a list of {kind.__name__}, not {describe(values)}")
+    for index, value in enumerate(values):
+        if not isinstance(value, kind):
+            raise InvalidInputError(
+                f"{name}[{index}] must be a {kind.__name__}, not {describe(value)}"
+            )
+    return list(values)
 
 
 def check_page(limit: object, offset: object) -> None:

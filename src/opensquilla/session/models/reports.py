@@ -82,12 +82,15 @@ class ResetReport:
     """A reset and where the old generation went: ``archive_path``, its archive file, or
     with ``archive_store="database"``, ``archive_id``, its ``session_archives`` row; both
     ``None`` when it held nothing to archive, or when the archive could not be written (the
-    reset goes on)."""
+    reset goes on). ``archive_error`` is then why (``"OSError: [Errno 28] No space left on
+    device"``): the old generation's history is lost, and a gateway should alert on it;
+    ``None`` when nothing was lost."""
 
     session: SessionNode
     previous_session_id: str
     archive_path: Path | None
     archive_id: int | None = None
+    archive_error: str | None = None
 
 
 __all__ = [

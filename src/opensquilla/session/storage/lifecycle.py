@@ -26,7 +26,7 @@ from ..config import ArchiveStore, SqliteSynchronous, archive_directory
 from ..config import archive_store as configured_archive_store
 from ..config import sqlite_synchronous as configured_sqlite_synchronous
 from ..db import migrate
-from ..db.dsn import StorageTarget, parse_target, with_schema
+from ..db.dsn import StorageTarget, parse_target, shown_path, with_schema
 from ..db.engine import (
     adopt_engine,
     create_engine,
@@ -41,6 +41,7 @@ from ..errors import (
     DatabaseNotFoundError,
     DatabaseUnavailableError,
     SessionStoreError,
+    StoragePathError,
 )
 from ..fs.files import ensure_private_file
 from ..fs.reset_archive import RecoveredArchive, recover_staged_archives, store_tag
@@ -151,6 +152,7 @@ class StorageLifecycle:
         self._memory_tag = uuid.uuid4().hex[:8]
         self._db: UnitOfWork | None = None
         self._recovered: tuple[RecoveredArchive, ...] = ()
+        self._lost_reset_archives = 0
 
     @classmethod
     def from_engine(
@@ -195,10 +197,21 @@ class StorageLifecycle:
             return self._app_engine
         path = self._target.path
         if path is not None:
-            if self._create:
-                ensure_private_file(path)
-            elif not path.exists():
-                raise DatabaseNotFoundError(f"no database at {path}; nothing was created")
+            try:
+                if self._create:
+                    ensure_private_file(path)
+                elif not path.exists():
+                    raise DatabaseNotFoundError(f"no database at {path}; nothing was created")
+            except SessionStoreError:
+                raise
+            except OSError as exc:
+                # Too long a name, a directory where no file can be made (/proc), no
+                # permission: the path is the problem, named as the caller gave it.
+                reason = exc.strerror or str(exc)
+                raise StoragePathError(
+                    f"storage path {shown_path(path)} cannot be used as a database file: "
+                    f"{reason}; nothing was created"
+                ) from exc
         return create_engine(
             self._target,
             sqlite_synchronous=self._sqlite_synchronous,
@@ -265,6 +278,15 @@ class StorageLifecycle:
             if self._target.schema is not None:  # another schema, another store
                 identity += f"?schema={self._target.schema}"
         return store_tag(identity)
+
+    @property
+    def lost_reset_archives(self) -> int:
+        """How many resets through this storage, since it was made, went on without their
+        archive (it could not be written: a full disk, say), losing the old history."""
+        return self._lost_reset_archives
+
+    def count_lost_reset_archive(self) -> None:
+        self._lost_reset_archives += 1
 
     @property
     def recovered_archives(self) -> tuple[RecoveredArchive, ...]:

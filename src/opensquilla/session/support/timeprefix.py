@@ -57,6 +57,27 @@ def _remember(
     _NAMED[settings] = name
 
 
+def zone_problem(name: object) -> str | None:
+    """Why ``name`` cannot be an explicit time zone setting (``None``: it can): it must be
+    an IANA zone name this machine knows (``"UTC"``, ``"Europe/Berlin"``). An environment
+    variable naming no zone is passed over, as the local machine's setting may be; a zone
+    the caller names explicitly is not, or a typo would silently stamp another zone."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        return f"must be a time zone name (a str) or None, not {type(name).__name__}"
+    if not name.strip():
+        return "must be a time zone name such as 'UTC' or 'Europe/Berlin', not blank"
+    try:
+        ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        shown = (
+            name if len(name) <= 64 and name.isprintable() else f"a str of {len(name)} characters"
+        )
+        return f"{shown!r} is not a time zone this machine knows (an IANA name such as 'UTC')"
+    return None
+
+
 def resolve_timezone(explicit: str | None = None) -> tzinfo:
     """``explicit``, then ``$OPENSQUILLA_TIMEZONE``, then ``$TZ``, then the local zone, then UTC."""
     zone = _named_zone(explicit)

@@ -3,8 +3,10 @@
 Copy decides "already there" and verifies what it wrote, and import recognises a session an
 earlier run imported, by comparing rows across databases that may be of different kinds.
 Equality has to be exact: ``1``, ``1.0`` and ``True`` differ, floats by their bits. Only
-what no backend keeps is ignored: the key order of a JSON object (``jsonb`` does not keep
-it). See ``docs/semantics.md#values``.
+what the store's value domain does not hold is ignored: the key order of a JSON object
+(``jsonb`` does not keep it) and the sign of a zero (``-0.0`` is stored as ``0.0`` on both
+backends, ``db/types.py``; a row written before that rule compares as it would be stored
+now). See ``docs/semantics.md#values``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class _Raw(str):
 def _canonical_text(value: Any) -> str:
     """``value`` as text that is equal for two values exactly when they are the same value
     of the same type: ``1``, ``1.0`` and ``True`` differ, floats are compared bit for bit
-    (``-0.0`` is not ``0.0``; ``0.1 + 0.2`` is not ``0.3``), strings character for character
+    in the store's domain (``0.1 + 0.2`` is not ``0.3``; ``-0.0`` is ``0.0``, the one zero
+    both backends store), strings character for character
     (a NUL is not its escaped spelling). Object keys are sorted: ``jsonb`` does not keep
     their order, so it is no part of a stored value; each key stays with its own value.
 
@@ -46,7 +49,7 @@ def _canonical_text(value: Any) -> str:
         elif isinstance(item, int):
             out.append(f"i{int(item)};")
         elif isinstance(item, float):
-            out.append(f"f{item.hex()};")
+            out.append(f"f{(item + 0.0).hex()};")  # -0.0 + 0.0 is 0.0: one zero
         elif isinstance(item, str):
             out.append("s" + json.dumps(str(item)))
         elif isinstance(item, dict):

@@ -175,6 +175,9 @@ class StoreStats:
     other_reset_archive_files: int = 0
     reset_archive_rows: int = 0
     reset_archive_row_bytes: int = 0
+    # Resets that went on without their archive (it could not be written), losing the old
+    # history: through this storage, in this process, since it was made.
+    reset_archives_lost: int = 0
 
 
 async def archive_report(storage: SessionStorage) -> ArchiveReport:
@@ -201,6 +204,7 @@ async def collect_stats(storage: SessionStorage) -> StoreStats:
         found.other_files,
         rows,
         row_bytes,
+        storage.lost_reset_archives,
     )
 
 

@@ -8,6 +8,7 @@ from ..models import (
     COMPACTION_ID_MAX_LENGTH,
     SessionSummary,
     TranscriptEntry,
+    check_instance,
     check_integer,
     check_text,
 )
@@ -25,6 +26,7 @@ async def list_degraded(
 
 async def preimage(storage: SessionStorage, summary: SessionSummary) -> list[TranscriptEntry]:
     """The live rows a compaction folded away, as they were (``id`` = their live id)."""
+    check_instance("summary", summary, SessionSummary)
     if not summary.compaction_id:
         return []
     rows = await storage.get_compacted_transcript_entries(

@@ -62,6 +62,7 @@ class ResetArchive:
 
     staged: list[StagedFile] = field(default_factory=list)
     stored_id: int | None = None
+    error: str | None = None  # why the archive could not be written (the reset went on)
 
 
 def reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
@@ -147,9 +148,11 @@ async def start_generation(
         if archive is not None:
             snapshot = await _old_generation(tx, current)
             if storage.archive_store == "database":
-                archive.stored_id = await _store_archive(tx, snapshot, required=archive_required)
+                archive.stored_id = await _store_archive(
+                    tx, snapshot, archive, required=archive_required
+                )
             else:
-                file = await _stage_archive(storage, snapshot, required=archive_required)
+                file = await _stage_archive(storage, snapshot, archive, required=archive_required)
                 if file is not None:
                     archive.staged.append(file)
         await tx.transcript.delete_all(old_id)
@@ -171,26 +174,33 @@ async def _old_generation(tx: Transaction, old: SessionNode) -> GenerationSnapsh
     )
 
 
-def _archive_failed(exc: Exception, old: SessionNode, *, required: bool) -> None:
-    """A failed archive write is logged and the reset goes on, or, if ``required``, it
-    refuses the reset."""
+def _archive_failed(
+    exc: Exception, old: SessionNode, archive: ResetArchive, *, required: bool
+) -> None:
+    """A failed archive write refuses the reset if ``required``; else the reset goes on and
+    the old generation's history is lost: logged at ERROR with the key and the reason, and
+    the reason kept in ``archive.error`` for the reset report (and the store's count)."""
+    reason = f"{type(exc).__name__}: {exc}"
     if required:
         raise ArchiveWriteError(
             f"reset of {old.session_key} refused: the archive of its generation "
-            f"{old.session_id} could not be written ({type(exc).__name__}: {exc}); "
-            "nothing was changed"
+            f"{old.session_id} could not be written ({reason}); nothing was changed"
         ) from exc
-    log.warning(
-        "reset archive for %s (%s) could not be written; the reset goes on",
+    archive.error = reason
+    log.error(
+        "reset archive for %s (generation %s) could not be written (%s); the reset goes on "
+        "and the old generation's history is lost (SessionManager(archive_required=True) "
+        "refuses such a reset instead)",
         old.session_key,
         old.session_id,
+        reason,
         exc_info=True,
         extra={"session_key": old.session_key, "operation": "reset"},
     )
 
 
 async def _stage_archive(
-    storage: SessionStorage, snapshot: GenerationSnapshot, *, required: bool
+    storage: SessionStorage, snapshot: GenerationSnapshot, archive: ResetArchive, *, required: bool
 ) -> StagedFile | None:
     """Write the old generation under a temporary name (see :func:`_archive_failed`)."""
     try:
@@ -201,12 +211,12 @@ async def _stage_archive(
             store_tag=storage.archive_store_tag,
         )
     except Exception as exc:
-        _archive_failed(exc, snapshot.session, required=required)
+        _archive_failed(exc, snapshot.session, archive, required=required)
         return None
 
 
 async def _store_archive(
-    tx: Transaction, snapshot: GenerationSnapshot, *, required: bool
+    tx: Transaction, snapshot: GenerationSnapshot, archive: ResetArchive, *, required: bool
 ) -> int | None:
     """Insert the old generation's archive in this transaction; ``None`` when it held
     nothing, or when its document could not be encoded (see :func:`_archive_failed`). A
@@ -217,7 +227,7 @@ async def _store_archive(
     try:
         text = await archive_text(snapshot, now)
     except Exception as exc:
-        _archive_failed(exc, snapshot.session, required=required)
+        _archive_failed(exc, snapshot.session, archive, required=required)
         return None
     return await insert_archive(tx, snapshot, text, now)
 
@@ -279,8 +289,14 @@ class Resets:
             # Committed: the archive is renamed into place even if this task is cancelled
             # now (the shielded rename runs to its end; the cancellation still propagates).
             path = await asyncio.shield(_publish_all(staged, key))
+            if archive.error is not None:
+                self._storage.count_lost_reset_archive()
             return ResetReport(
-                self._generations.remember(renewed), node.session_id, path, archive.stored_id
+                self._generations.remember(renewed),
+                node.session_id,
+                path,
+                archive.stored_id,
+                archive.error,
             )
         raise StaleEpochError(f"reset of {key} kept racing other writers; not applied")
 

@@ -19,7 +19,14 @@ from ..fs.reset_archive import (
     document_text,
     write_archive,
 )
-from ..models import GenerationSnapshot, SessionNode, SessionSummary, TranscriptEntry
+from ..models import (
+    GenerationSnapshot,
+    SessionNode,
+    SessionSummary,
+    TranscriptEntry,
+    check_instance,
+    check_instances,
+)
 from ..storage import SessionStorage
 from ..support.clock import now_ms
 
@@ -37,6 +44,7 @@ async def read_generation(tx: Transaction, session_id: str) -> ArchiveContents:
 
 async def capture_session_archive(storage: SessionStorage, node: SessionNode) -> ArchiveContents:
     """What a reset would archive of ``node.session_id`` now, read from one snapshot."""
+    check_instance("node", node, SessionNode)
     async with storage.uow.snapshot() as tx:
         return await read_generation(tx, node.session_id)
 
@@ -70,7 +78,11 @@ async def write_session_archive(
     """Write the archive of ``node`` with ``entries`` and ``summaries`` where ``storage``
     keeps archives: the file (any failure removes the temporary file and raises), or the id
     of the ``session_archives`` row. Nothing (and ``None``) when both are empty."""
-    snapshot = GenerationSnapshot(session=node, transcript=list(entries), summaries=list(summaries))
+    snapshot = GenerationSnapshot(
+        session=check_instance("node", node, SessionNode),
+        transcript=check_instances("entries", entries, TranscriptEntry),
+        summaries=check_instances("summaries", summaries, SessionSummary),
+    )
     now = now_ms()
     if storage.archive_store == "files":
         return await write_archive(

@@ -7,12 +7,19 @@ refuses it (``StaleEpochError``) instead of losing it into a deleted generation.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from time import monotonic
 from typing import Any
 
-from ..errors import InvalidInputError, SessionNotFoundError, StaleEpochError
+from ..errors import (
+    ConfigurationError,
+    InvalidInputError,
+    SessionNotFoundError,
+    StaleEpochError,
+)
 from ..keys import canonicalize_session_key
 from ..models import (
     TranscriptEntry,
@@ -27,7 +34,7 @@ from ..models.identity import chosen_message_id
 from ..models.reports import DeletionPreview
 from ..storage import SessionStorage
 from ..support.clock import now_ms
-from ..support.timeprefix import stamp
+from ..support.timeprefix import stamp, zone_problem
 from .generations import GenerationCache
 
 # The logger keeps the name it had before the code moved: users configure it by name.
@@ -70,6 +77,11 @@ def token_delta(token_count: int | None, turn_usage: dict[str, Any] | None) -> i
     return token_count if token_count and turn_usage is None else 0
 
 
+# How long a plain append (no caller epoch: "the current generation") keeps retrying while
+# resets commit between its read of the generation and its write (docs/semantics.md#fencing).
+PLAIN_APPEND_RETRY_SECONDS = 10.0
+
+
 class Transcripts:
     """Appending to, reading and truncating the live transcript."""
 
@@ -86,6 +98,9 @@ class Transcripts:
         self._generations = generations
         self._memory_sync_notify = memory_sync_notify
         self._inject_time_prefix = inject_time_prefix
+        problem = zone_problem(time_prefix_tz)
+        if problem is not None:
+            raise ConfigurationError(f"time_prefix_tz {problem}")
         self._time_prefix_tz = time_prefix_tz
 
     def message_fields(
@@ -174,8 +189,9 @@ class Transcripts:
         )
         key = canonicalize_session_key(session_key)
         delta = token_delta(token_count, turn_usage)
+        deadline: float | None = None
         while True:
-            (session_id, epoch), cached = await self._generations.current(key)
+            (session_id, epoch), _cached = await self._generations.current(key)
             # InvalidInputError names any value out of its domain
             entry = TranscriptEntry(session_id=session_id, session_key=key, **fields)
             try:
@@ -187,11 +203,21 @@ class Transcripts:
                     await self._storage.append_message_entry(
                         entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
                     )
-            except StaleEpochError:
+            except StaleEpochError as exc:
+                # The caller named no generation: the append means "the current one". A
+                # reset committed between our read and our write, so read the row again and
+                # write to its generation; through a storm of resets, for up to
+                # PLAIN_APPEND_RETRY_SECONDS (docs/semantics.md#fencing).
                 self._generations.forget(key)
-                if cached:
-                    continue  # our cached generation was old: read the row and try once more
-                raise
+                if deadline is None:
+                    deadline = monotonic() + PLAIN_APPEND_RETRY_SECONDS
+                elif monotonic() >= deadline:
+                    raise StaleEpochError(
+                        f"append to {key} met a reset on every try for "
+                        f"{PLAIN_APPEND_RETRY_SECONDS:g} s; nothing was written ({exc})"
+                    ) from exc
+                await asyncio.sleep(0)  # let the resets' own tasks run between tries
+                continue
             break
         await self.notify_memory_sync(entry)
         return entry

@@ -59,7 +59,12 @@ def _print_reset(report: ResetReport) -> None:
         f"{field(report.previous_session_id)} -> {field(report.session.session_id)} "
         f"(epoch {field(report.session.epoch)})"
     )
-    if report.archive_id is not None:
+    if report.archive_error is not None:
+        out.print(
+            f"archive: NOT WRITTEN ({visible(report.archive_error, None, one_line=True)}); "
+            "the old generation's history is lost"
+        )
+    elif report.archive_id is not None:
         out.print(f"archive: row {report.archive_id} of session_archives (in the database)")
     else:
         shown = visible(path, None, one_line=True) if path else "none (nothing to archive)"
@@ -101,6 +106,7 @@ RESET: View[ResetReport] = View(
         "epoch": report.session.epoch,
         "archive_path": _archive_path(report),
         "archive_id": report.archive_id,
+        "archive_error": report.archive_error,
     },
     _print_reset,
 )

@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
-    Integer,
     Select,
     bindparam,
     delete,
@@ -83,7 +82,7 @@ def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
         )
         query = query.where(tuple_(live.c.created_at, live.c.id) < bound)
     return query.order_by(live.c.created_at.desc(), live.c.id.desc()).limit(
-        bindparam("tail_limit", type_=Integer)
+        bindparam("tail_limit", type_=BigInteger)
     )
 
 

@@ -246,7 +246,7 @@ def _canonical_window(dialect_name: str, forward: bool, bounded: bool) -> Select
     ``session_id``, ``window_limit`` and, ``bounded``, ``position_created_at`` and
     ``position_id``."""
     session_id: BindParameter[str] = bindparam("session_id")
-    limit = bindparam("window_limit", type_=Integer)
+    limit = bindparam("window_limit", type_=BigInteger)
     live_rows = select(*read_columns(live, dialect_name)).where(live.c.session_id == session_id)
     archive_rows = _archive_as_transcript(session_id, dialect_name)
     live_key = (live.c.created_at, live.c.id)
@@ -325,7 +325,7 @@ def _first_user_rows(arms: int) -> Select[Any]:
     of SQLite before 3.32). A ``ROW_NUMBER`` window would rank every user row of every
     session before keeping the first few.
     """
-    per_session = bindparam("per_session", type_=Integer)
+    per_session = bindparam("per_session", type_=BigInteger)
 
     def firsts(session_id: Any) -> Select[Any]:
         return (
