@@ -349,7 +349,9 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         **options: Unpack[PersistSourceOptions],
     ) -> bool:
         """Store a summary produced elsewhere and keep ``kept_entries`` as the live tail,
-        positionally (docs/semantics.md#persist). An empty summary writes nothing. With
+        positionally (docs/semantics.md#persist): a dict keeps the live row at its position
+        when role and content match (``match_kept="role"``, upstream HEAD's opt-in: role
+        alone), else it is a new row. An empty summary writes nothing. With
         ``source_entries`` (and ``source_preimage``, ``removed_count``, optionally the
         boundary ids, all from :meth:`capture_compaction_source`): archive the first
         ``removed_count`` source rows if the source is still the transcript's prefix; the
