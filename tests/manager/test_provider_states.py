@@ -109,6 +109,37 @@ def test_latest_context_state_checks_its_arguments() -> None:
         latest_context_state([], 5)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("now", ["soon", True, 3.5, -1])
+def test_now_ms_must_be_a_non_negative_integer(now: object) -> None:
+    with pytest.raises(InvalidInputError, match="now_ms"):
+        latest_context_state([], now_ms=now)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="now_ms"):
+        build_openai_responses_input_items(
+            context_states=[],
+            current_items=[],
+            now_ms=now,  # type: ignore[arg-type]
+        )
+
+
+@pytest.mark.parametrize(
+    ("items", "named"),
+    [
+        ({"role": "user", "content": "hi"}, "current_items must"),
+        ("hello", "current_items must"),
+        (b"hello", "current_items must"),
+        (5, "current_items must"),
+        ([{"role": "user"}, "hello"], r"current_items\[1\]"),
+    ],
+)
+def test_current_items_must_be_a_list_of_dicts(items: object, named: str) -> None:
+    """A dict would replay its keys, a string its characters: refused, naming the argument."""
+    with pytest.raises(InvalidInputError, match=named):
+        build_openai_responses_input_items(
+            context_states=[],
+            current_items=items,  # type: ignore[arg-type]
+        )
+
+
 # -- the OpenAI Responses compacted window -----------------------------------------------
 
 
