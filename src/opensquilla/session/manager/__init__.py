@@ -153,7 +153,9 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         (docs/semantics.md#prepared-intents): action ``create`` (a new row), ``reset`` (the
         next generation of the stored row, ``previous_session_id`` the one it replaces) or
         ``continue`` (the stored row); ``NEW_CHAT`` on a taken key is the same
-        ``SessionKeyConflictError``."""
+        ``SessionKeyConflictError``. Apply a ``reset`` plan with :meth:`apply_intent`, never
+        by ``upsert_session(plan.node)`` (accepted, but it skips the archive and deletes);
+        its ``session_id`` is a preview: ``apply_intent`` makes the id."""
         return await prepared.prepare_intent(
             self._storage, session_key, intent, agent_id, create_kwargs
         )

@@ -4,7 +4,9 @@ write, or a prefix fork's child and its copied rows, decided and returned withou
 Upstream HEAD applies such a plan in its turn-acceptance transaction, together with the
 turn's first message and tables outside this store; here the plan is a value, and
 :meth:`SessionStorage.upsert_session` / ``append_transcript_entry`` (or any writer of the
-caller's) apply it. Each plan is read from one snapshot.
+caller's) apply it; a ``reset`` plan only with ``apply_intent`` (its archive and deletes are
+not in the plan; its session id is a preview, ``apply_intent`` makes the id). Each plan is
+read from one snapshot.
 """
 
 from __future__ import annotations
