@@ -286,3 +286,9 @@ async def test_prepare_prefix_branch_refusals_write_nothing(
 
     assert await table_snapshot(storage) == before
     assert isinstance(await manager.get_session(PARENT), SessionNode)
+
+
+def test_prepared_action_is_a_declared_export() -> None:
+    import opensquilla.session.models as models
+
+    assert {"PreparedAction", "PreparedSessionIntent"} <= set(models.__all__)
