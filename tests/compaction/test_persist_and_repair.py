@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from opensquilla.session import SessionManager, SessionStorage, SessionSummary
+from opensquilla.session import SessionManager, SessionStorage, SessionSummary, TranscriptEntry
 from opensquilla.session.errors import InvalidInputError
 from tests.helpers import table_snapshot
 
@@ -81,7 +81,7 @@ async def test_positional_persist_archives_the_prefix(
 
 
 async def test_kept_dict_matching_the_live_row_reuses_it(manager: SessionManager) -> None:
-    """Same role at the same position: the row stays as it is, id included."""
+    """Same role and content at the same position: the row stays as it is, id included."""
     ids = await four_messages(manager)
     before = await manager.get_transcript(KEY)
 
@@ -107,11 +107,11 @@ async def test_kept_dict_matching_the_live_row_reuses_it(manager: SessionManager
 async def test_the_same_role_keeps_the_stored_row_and_its_metadata(
     manager: SessionManager,
 ) -> None:
-    """Upstream HEAD matches a kept dict to the live row at its position by role alone:
-    the dicts a compactor returns are its replay view of the rows (silent replies blanked,
-    no turn context, provenance or reasoning), so the stored row, every column of it, is
-    what stays. (The older store also compared the content, and replaced such a row with a
-    bare copy of the dict; the contract has no case where the two differ.)"""
+    """``match_kept="role"`` (upstream HEAD's rule, opt-in) matches a kept dict to the live
+    row at its position by role alone: the dicts a compactor returns are its replay view of
+    the rows (silent replies blanked, no turn context, provenance or reasoning), so the
+    stored row, every column of it, is what stays. A dict that states no tool calls keeps
+    the row's."""
     await manager.create(KEY)
     await manager.append_message(KEY, "user", "old question", token_count=5)
     await manager.append_message(KEY, "assistant", "old answer", token_count=5)
@@ -140,6 +140,7 @@ async def test_the_same_role_keeps_the_stored_row_and_its_metadata(
             {"role": "user", "content": "[replay view] what now?"},
             {"role": "assistant", "content": ""},  # the silent reply, blanked for replay
         ],
+        match_kept="role",
     )
 
     assert written is True
@@ -149,6 +150,126 @@ async def test_the_same_role_keeps_the_stored_row_and_its_metadata(
     assert [e.content for e in canonical] == ["old question", "old answer", "what now?", "NO_REPLY"]
     (summary,) = await manager.get_summaries(KEY)
     assert (summary.removed_count, summary.kept_count) == (2, 2)
+
+
+async def redaction_case(manager: SessionManager) -> list[TranscriptEntry]:
+    """Live ``[user q1, assistant a1, user <a secret>, tool "result A" (call_A)]``."""
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "q1", token_count=5)
+    await manager.append_message(KEY, "assistant", "a1", token_count=5)
+    await manager.append_message(KEY, "user", "my password is hunter2", token_count=5)
+    await manager.append_message(KEY, "tool", "result A", tool_call_id="call_A", token_count=5)
+    return await manager.get_transcript(KEY)
+
+
+REDACTED = [
+    {"role": "user", "content": "my password is [REDACTED]"},
+    {"role": "tool", "content": "result B", "tool_call_id": "call_B"},
+]
+
+
+async def test_by_default_a_rewritten_kept_dict_replaces_the_row(
+    manager: SessionManager, storage: SessionStorage
+) -> None:
+    """The default (SEMANTICS §9 step 5) compares role and content: a caller that rewrote
+    a kept row (a redaction, another tool result) gets its own dicts as the live tail, and
+    the rows they replace are dropped, not archived: the secret is gone from every table."""
+    before = await redaction_case(manager)
+
+    written = await manager.persist_compaction_result(KEY, "condensed", REDACTED)
+
+    assert written is True
+    live = await manager.get_transcript(KEY)
+    assert [(e.role, e.content, e.tool_call_id) for e in live] == [
+        ("user", "my password is [REDACTED]", None),
+        ("tool", "result B", "call_B"),
+    ]
+    assert not {e.id for e in live} & {e.id for e in before}
+    canonical = await manager.get_canonical_transcript(KEY)
+    assert [e.content for e in canonical] == [
+        "q1",
+        "a1",
+        "my password is [REDACTED]",
+        "result B",
+    ]
+    assert "hunter2" not in repr(await table_snapshot(storage))
+    assert "call_A" not in repr(await table_snapshot(storage))
+
+
+async def test_role_mode_keeps_the_row_but_never_another_call(manager: SessionManager) -> None:
+    """``match_kept="role"``: the user row of the same role stays as stored (HEAD's rule:
+    its content included), but the tool dict names another call than the row, so it is a
+    new row: a tool result is never re-paired with a call the caller did not name."""
+    before = await redaction_case(manager)
+
+    written = await manager.persist_compaction_result(KEY, "condensed", REDACTED, match_kept="role")
+
+    assert written is True
+    kept, tool = await manager.get_transcript(KEY)
+    assert kept == before[2]
+    assert tool.id not in {e.id for e in before}
+    assert (tool.role, tool.content, tool.tool_call_id) == ("tool", "result B", "call_B")
+
+
+@pytest.mark.parametrize("match_kept", ["content", "role"])
+async def test_stated_tool_fields_must_be_the_rows(
+    manager: SessionManager, match_kept: str
+) -> None:
+    """Same role and content, but the dict states another ``tool_call_id`` or other
+    ``tool_calls``: a new row in either mode. A dict that states the row's own stays."""
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "q", token_count=5)
+    call = await manager.append_message(
+        KEY, "assistant", "calling", tool_calls=[{"id": "call_1"}], token_count=5
+    )
+    result = await manager.append_message(KEY, "tool", "done", tool_call_id="call_1", token_count=5)
+
+    await manager.persist_compaction_result(
+        KEY,
+        "condensed",
+        [
+            {"role": "assistant", "content": "calling", "tool_calls": [{"id": "call_2"}]},
+            {"role": "tool", "content": "done", "tool_call_id": "call_1"},
+        ],
+        match_kept=match_kept,
+    )
+
+    live = await manager.get_transcript(KEY)
+    # The new row sorts after the kept one (its created_at is now, SEMANTICS §9).
+    assert live[0] == result
+    assert live[1].id != call.id and live[1].tool_calls == [{"id": "call_2"}]
+    assert call.id not in {e.id for e in live}
+
+
+@pytest.mark.parametrize("value", ["contents", "", 1, True])
+async def test_an_unknown_match_mode_is_refused(
+    manager: SessionManager, storage: SessionStorage, value: object
+) -> None:
+    await four_messages(manager)
+    before = await table_snapshot(storage)
+    with pytest.raises(InvalidInputError, match="match_kept"):
+        await manager.persist_compaction_result(
+            KEY,
+            "condensed",
+            LATEST,
+            match_kept=value,  # type: ignore[arg-type]
+        )
+    assert await table_snapshot(storage) == before
+
+
+async def test_match_mode_is_refused_with_a_source(manager: SessionManager) -> None:
+    await four_messages(manager)
+    source = await manager.capture_compaction_source(KEY)
+    with pytest.raises(InvalidInputError, match="match_kept"):
+        await manager.persist_compaction_result(
+            KEY,
+            "condensed",
+            [],
+            source_entries=list(source.entries),
+            source_preimage=source.preimage,
+            removed_count=2,
+            match_kept="role",
+        )
 
 
 async def test_a_kept_dict_is_checked_even_where_the_row_stays(

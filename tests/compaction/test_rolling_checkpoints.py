@@ -1,9 +1,9 @@
 """Rolling checkpoints and the active compaction context (HEAD-FEATURES §5.6,
 docs/semantics.md#rolling-checkpoints): ``CompactionConfig.rolling_checkpoints`` (default
-on, as upstream HEAD; off: independent summaries) folds the checkpoints in force into one
-replacement summary; :func:`build_compaction_context_records` says which are in force; the
-commit re-checks them (``stale_context_state``). Storage-touching tests run on both
-backends."""
+off: the contract's independent summaries; on: upstream HEAD's) folds the checkpoints in
+force into one replacement summary; :func:`build_compaction_context_records` says which are
+in force; the commit re-checks them (``stale_context_state``). Storage-touching tests run on
+both backends."""
 
 from __future__ import annotations
 
@@ -316,23 +316,34 @@ async def test_a_model_is_handed_the_checkpoint_and_folds_it(manager: SessionMan
     assert record.compaction_id == (await manager.get_summaries(KEY))[-1].compaction_id
 
 
-async def test_rolling_is_the_default(manager: SessionManager) -> None:
-    """No config, or ``CompactionConfig()``: the second compaction folds the first's
-    checkpoint (upstream HEAD's behaviour; the contract passes either way, docs/semantics.md
-    #rolling-checkpoints says why it is the default)."""
-    assert CompactionConfig().rolling_checkpoints is True
+async def test_independent_summaries_are_the_default(manager: SessionManager) -> None:
+    """No config, or ``CompactionConfig()``: the contract's independent summaries (SEMANTICS
+    §8.6, §8.9). The first compaction's ``source_coverage`` holds its three keys only, the
+    second summary is the plain fallback (``[Summary of N messages]``, no fold), a summariser
+    is handed no ``system`` row, and every checkpoint stays in force. (Rolling checkpoints,
+    upstream HEAD's behaviour, are opt-in: docs/semantics.md#rolling-checkpoints.)"""
+    assert CompactionConfig().rolling_checkpoints is False
     await manager.create(KEY)
     await append_rows(manager, "first")
     first = await manager.compact_with_result(KEY, WINDOW)
     await append_rows(manager, "second")
+    model = FoldingModel()
 
-    second = await manager.compact_with_result(KEY, WINDOW)
+    second = await manager.compact_with_result(KEY, WINDOW, summarizer=model)
+    await append_rows(manager, "third")
+    third = await manager.compact_with_result(KEY, WINDOW)
 
-    assert first.removed_count > 0 and second.removed_count > 0
-    assert second.summary.startswith(ROLLING_HEADER)
-    assert second.summary_payload is not None
-    assert second.summary_payload["source_coverage"]["replaces_prior_context"] is True
-    assert len(await manager.get_compaction_context_records(KEY)) == 1
+    assert first.removed_count > 0 and second.removed_count > 0 and third.removed_count > 0
+    assert first.summary_payload is not None
+    assert set(first.summary_payload["source_coverage"]) == {
+        "status",
+        "checked_obligations",
+        "covered_obligations",
+    }
+    assert model.chunks and all(row["role"] != "system" for c in model.chunks for row in c)
+    assert "[Summary of " in third.summary and ROLLING_HEADER not in third.summary
+    assert first.summary not in third.summary
+    assert len(await manager.get_compaction_context_records(KEY)) == 3
 
 
 async def test_without_the_switch_a_model_never_sees_a_checkpoint(

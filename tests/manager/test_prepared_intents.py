@@ -286,3 +286,43 @@ async def test_prepare_prefix_branch_refusals_write_nothing(
 
     assert await table_snapshot(storage) == before
     assert isinstance(await manager.get_session(PARENT), SessionNode)
+
+
+async def test_prepare_prefix_branch_refuses_in_branchs_order(
+    manager: SessionManager, storage: SessionStorage
+) -> None:
+    """Where several things are wrong at once, the same error as :meth:`branch`: a bad
+    status before a bad message id, a missing parent, then a missing message before a taken
+    child key."""
+    await _parent_with_rows(manager)
+    await manager.create("agent:main:taken")
+    before = await table_snapshot(storage)
+    cases = [
+        ("agent:main:nope", "agent:main:taken", "unknown", "done", SessionNotFoundError),
+        (PARENT, "agent:main:taken", "unknown", "done", MessageNotFoundError),
+        (PARENT, "agent:main:taken", 5, "x", ValueError),
+    ]
+    for parent, child, message, status, error in cases:
+        with pytest.raises(error) as planned:
+            await manager.prepare_prefix_branch(
+                parent,
+                child,
+                fork_before_message_id=message,  # type: ignore[arg-type]
+                status=status,
+            )
+        with pytest.raises(error) as branched:
+            await manager.branch(
+                parent,
+                child,
+                fork_transcript=True,
+                fork_before_message_id=message,  # type: ignore[arg-type]
+                status=status,
+            )
+        assert type(planned.value) is type(branched.value)
+    assert await table_snapshot(storage) == before
+
+
+def test_prepared_action_is_a_declared_export() -> None:
+    import opensquilla.session.models as models
+
+    assert {"PreparedAction", "PreparedSessionIntent"} <= set(models.__all__)

@@ -5,6 +5,7 @@ database; the round trips and the manager's read run on both backends."""
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from opensquilla.session import (
     OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND,
@@ -107,6 +108,37 @@ def test_latest_context_state_checks_its_arguments() -> None:
         latest_context_state([{"provider": "portable"}])  # type: ignore[list-item]
     with pytest.raises(InvalidInputError, match="provider"):
         latest_context_state([], 5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("now", ["soon", True, 3.5, -1])
+def test_now_ms_must_be_a_non_negative_integer(now: object) -> None:
+    with pytest.raises(InvalidInputError, match="now_ms"):
+        latest_context_state([], now_ms=now)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="now_ms"):
+        build_openai_responses_input_items(
+            context_states=[],
+            current_items=[],
+            now_ms=now,  # type: ignore[arg-type]
+        )
+
+
+@pytest.mark.parametrize(
+    ("items", "named"),
+    [
+        ({"role": "user", "content": "hi"}, "current_items must"),
+        ("hello", "current_items must"),
+        (b"hello", "current_items must"),
+        (5, "current_items must"),
+        ([{"role": "user"}, "hello"], r"current_items\[1\]"),
+    ],
+)
+def test_current_items_must_be_a_list_of_dicts(items: object, named: str) -> None:
+    """A dict would replay its keys, a string its characters: refused, naming the argument."""
+    with pytest.raises(InvalidInputError, match=named):
+        build_openai_responses_input_items(
+            context_states=[],
+            current_items=items,  # type: ignore[arg-type]
+        )
 
 
 # -- the OpenAI Responses compacted window -----------------------------------------------
@@ -217,3 +249,30 @@ async def test_the_manager_chooses_among_the_current_generations_states(
     assert await manager.get_latest_context_state(KEY) is None  # the reset invalidated it
     with pytest.raises(SessionNotFoundError):
         await manager.get_latest_context_state("agent:main:missing")
+
+
+async def test_the_generation_and_validity_are_filtered_in_the_query(
+    manager: SessionManager, storage: SessionStorage
+) -> None:
+    """The read asks the database for the current generation's valid states only (the
+    other generations' and the invalid ones are never fetched), over the states' indexes."""
+    node = await manager.create(KEY)
+    await manager.save_context_state(
+        state(created_at=1_000).model_copy(update={"session_id": node.session_id})
+    )
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    sync_engine = storage.engine.sync_engine
+    sa.event.listen(sync_engine, "before_cursor_execute", record)
+    try:
+        assert await manager.get_latest_context_state(KEY) is not None
+    finally:
+        sa.event.remove(sync_engine, "before_cursor_execute", record)
+
+    (query,) = [s for s in statements if "FROM session_context_states" in s]
+    where = query.split("WHERE", 1)[1]
+    assert "session_context_states.session_id =" in where
+    assert "session_context_states.valid" in where

@@ -227,10 +227,17 @@ async def test_generation_checked_upsert_keeps_the_epoch_rule(storage: SessionSt
     assert stored is not None and (stored.epoch, stored.label) == (1, None)
 
 
-async def test_generation_checked_upsert_checks_its_argument(storage: SessionStorage) -> None:
+@pytest.mark.parametrize("expected", [7, "", "id\x00"])
+async def test_generation_checked_upsert_checks_its_argument(
+    storage: SessionStorage, expected: object
+) -> None:
+    """Not a non-empty identifier: ``InvalidInputError`` naming it, before anything is read
+    (an empty id is a bad argument, not a changed generation); nothing written."""
     node = await new_session(storage, KEY)
+    before = await table_snapshot(storage)
     with pytest.raises(InvalidInputError, match="expected_session_id"):
-        await storage.upsert_session(node, expected_session_id=7)  # type: ignore[arg-type]
+        await storage.upsert_session(node, expected_session_id=expected)  # type: ignore[arg-type]
+    assert await table_snapshot(storage) == before
 
 
 # -- create / get ------------------------------------------------------------------------

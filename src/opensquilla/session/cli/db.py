@@ -48,8 +48,8 @@ def db_check(
         bool,
         typer.Option(
             "--repair",
-            help="First create the indexes of the current schema the database lacks "
-            "(unique ones too; all or none).",
+            help="First create the indexes of the current schema the database lacks or "
+            "holds invalid (PostgreSQL: CONCURRENTLY; refused unless at head).",
         ),
     ] = False,
 ) -> None:

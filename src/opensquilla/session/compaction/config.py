@@ -58,9 +58,9 @@ class CompactionConfig(Settings):
     # unanswered question, a call without its result, a result still running).
     protect_semantic_tail: bool = True
     # Rolling checkpoints (docs/semantics.md#rolling-checkpoints): the active context records
-    # are folded into the new summary, which replaces them (upstream HEAD; the contract passes
-    # with it on or off, so HEAD's behaviour is the default). Off: independent summaries.
-    rolling_checkpoints: bool = True
+    # are folded into the new summary, which replaces them (upstream HEAD). Off (the default):
+    # the contract's independent summaries (SEMANTICS §8.6, §8.8, §8.9).
+    rolling_checkpoints: bool = False
 
     @field_validator(
         "base_chunk_ratio",

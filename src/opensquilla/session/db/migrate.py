@@ -310,17 +310,25 @@ async def _one_migration_per_process() -> AsyncIterator[None]:
 async def ensure_head(engine: AsyncEngine) -> bool:
     """Bring the schema to head if it is not there; return whether anything ran.
 
-    An up-to-date database costs one read of the version table and takes no lock.
-    ``alembic_version`` is not read here (an application's history may own it); a version
-    an earlier release left there moves over in the locked upgrade.
+    An up-to-date database costs one read of the version table and one catalog query, and
+    takes no lock. The catalog query finds the declared indexes the database lacks (or holds
+    invalid): they are logged, never created here (``db check --repair`` creates them,
+    docs/migrations.md#missing-indexes). ``alembic_version`` is not read here (an
+    application's history may own it); a version an earlier release left there moves over in
+    the locked upgrade.
     """
     heads = set(head_revisions())
     async with translated_errors(), engine.connect() as conn:
         current = set(await conn.run_sync(lambda sync: migration_context(sync).get_current_heads()))
-        missing = await conn.run_sync(_missing_index_names) if current == heads else []
+        missing = await conn.run_sync(indexes.missing_index_names) if current == heads else []
     if current == heads:
         if missing:
-            await restore_indexes(engine, missing)
+            log.warning(
+                "the database lacks index(es) of the current schema (reads that need them "
+                "scan): %s; create them with `opensquilla-session db check --repair`",
+                ", ".join(missing),
+                extra={"operation": "migrate"},
+            )
         return False
     unknown = current - known_revisions()
     if unknown:
@@ -335,29 +343,37 @@ async def ensure_head(engine: AsyncEngine) -> bool:
     return True
 
 
-def _missing_index_names(connection: Connection, *, unique: bool = False) -> list[str]:
-    return [str(index.name) for index in indexes.missing_indexes(connection, unique=unique)]
+def _repair_at_head(connection: Connection) -> list[str]:
+    """Under the migration lock: the version re-read, then the missing indexes created."""
+    current = set(_current_sync(connection, known_revisions()))
+    heads = set(head_revisions())
+    if current != heads:
+        raise MigrationError(
+            f"the schema is at {', '.join(sorted(current)) or 'no revision'}, not at the head "
+            f"this code declares ({', '.join(sorted(heads))}); no index was created "
+            "(`opensquilla-session db upgrade` builds a revision's indexes)"
+        )
+    return indexes.create_missing(connection)
 
 
-async def restore_indexes(engine: AsyncEngine, names: list[str]) -> list[str]:
-    """Create the head's indexes ``names`` that are still missing, under the migration lock
-    (several workers connecting at once create each once); the names created."""
-    created: list[str] = await _run_locked(
-        engine, lambda connection: indexes.create_indexes(connection, names)
-    )
+async def repair_indexes(engine: AsyncEngine) -> list[str]:
+    """Create the declared indexes the database lacks or holds invalid, under the migration
+    lock, after re-reading the version there (a :class:`MigrationError` unless it is the
+    head this code declares); the names created (docs/migrations.md#missing-indexes)."""
+    created: list[str] = await _run_locked(engine, _repair_at_head)
     if created:
         log.warning(
-            "recreated missing index(es) of the current schema: %s",
+            "created missing index(es) of the current schema: %s",
             ", ".join(created),
             extra={"operation": "migrate"},
         )
     return created
 
 
-async def missing_indexes(engine: AsyncEngine) -> list[str]:
-    """The head's indexes the database lacks, unique ones included."""
+async def find_missing_indexes(engine: AsyncEngine) -> list[str]:
+    """The declared indexes (unique ones included) the database lacks or holds invalid."""
     async with translated_errors(), engine.connect() as conn:
-        return await conn.run_sync(lambda sync: _missing_index_names(sync, unique=True))
+        return await conn.run_sync(indexes.missing_index_names)
 
 
 async def why_no_store(engine: AsyncEngine) -> str | None:
@@ -388,10 +404,12 @@ def _check_sync(connection: Connection) -> SchemaStatus:
     script = produce_migrations(context, Base.metadata)
     _drop_sqlite_pk_nullability(context, None, [script])
     diffs = script.upgrade_ops.as_diffs() if script.upgrade_ops is not None else []
+    # Alembic's comparison counts an invalid index (a failed concurrent build) as present.
+    invalid = [f"invalid_index {name}" for name in indexes.invalid_index_names(connection)]
     return SchemaStatus(
         current=_current_sync(connection, known_revisions()),
         heads=head_revisions(),
-        drift=tuple(_describe(diff) for diff in diffs),
+        drift=tuple(_describe(diff) for diff in diffs) + tuple(invalid),
     )
 
 

@@ -5,7 +5,8 @@ manager holds the wiring (storage, the generation cache, the summariser, the app
 options) and no logic of its own. It never writes SQL. Its transcript calls are in
 ``transcript.py`` (:class:`TranscriptCalls`), its search calls in ``search.py``
 (:class:`SearchCalls`), its reset-archive calls in ``archives.py`` (:class:`ArchiveCalls`),
-the rest here.
+its prepared intents in ``prepared.py`` (:class:`PreparedCalls`), its context-state calls in
+``context_states.py`` (:class:`ContextStateCalls`), the rest here.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from ..compaction import CompactionConfig, CompactionResult, Summarizer
 from ..models import (
     CompactionSourceSnapshot,
     ContextView,
-    PreparedSessionIntent,
-    SessionContextState,
     SessionIntent,
     SessionListCursor,
     SessionListPage,
@@ -29,7 +28,7 @@ from ..models import (
 from ..models.reports import DeletionPreview, ResetReport
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import context, overview, prepared, repair, retention
+from ..usecases import context, overview, repair, retention
 from ..usecases.compaction import Compactor
 from ..usecases.compaction_options import (
     CompactionOptions,
@@ -37,7 +36,6 @@ from ..usecases.compaction_options import (
     PersistSourceOptions,
 )
 from ..usecases.compaction_source import capture_compaction_source
-from ..usecases.context_records import CompactionContextRecord
 from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import Lifecycle
@@ -45,6 +43,8 @@ from ..usecases.overview import ArchiveReport, StoreStats
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
 from .archives import ArchiveCalls
+from .context_states import ContextStateCalls
+from .prepared import PreparedCalls
 from .search import SearchCalls
 from .transcript import TranscriptCalls
 
@@ -56,7 +56,7 @@ from .transcript import TranscriptCalls
     system=lambda manager: manager.storage.backend,
     exclude=frozenset({"notify_message_appended"}),
 )
-class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
+class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, ContextStateCalls):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""
 
@@ -139,24 +139,6 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         :meth:`reset`); ``CONTINUE`` returns the row untouched.
         """
         return await self._lifecycle.apply_intent(session_key, intent, agent_id, create_kwargs)
-
-    async def prepare_intent(
-        self,
-        session_key: str,
-        intent: SessionIntent | str,
-        /,
-        *,
-        agent_id: str = "main",
-        **create_kwargs: Any,
-    ) -> PreparedSessionIntent:
-        """What :meth:`apply_intent` would do, decided and returned without writing
-        (docs/semantics.md#prepared-intents): action ``create`` (a new row), ``reset`` (the
-        next generation of the stored row, ``previous_session_id`` the one it replaces) or
-        ``continue`` (the stored row); ``NEW_CHAT`` on a taken key is the same
-        ``SessionKeyConflictError``."""
-        return await prepared.prepare_intent(
-            self._storage, session_key, intent, agent_id, create_kwargs
-        )
 
     async def list_sessions(
         self,
@@ -242,52 +224,6 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         "Reading a session")."""
         return await context_view(self._storage, session_key, max_tokens)
 
-    async def get_compaction_context_records(
-        self, session_key: str
-    ) -> list[CompactionContextRecord]:
-        """The compaction checkpoints in force for the current generation, the texts a
-        request replays (docs/semantics.md#rolling-checkpoints)."""
-        return await context.context_records(self._storage, self._generations, session_key)
-
-    async def save_context_state(self, state: SessionContextState) -> SessionContextState:
-        return await context.save_state(self._storage, state)
-
-    async def get_context_states(
-        self,
-        session_key: str,
-        provider: str | None = None,
-        state_kind: str | None = None,
-        valid_only: bool = True,
-    ) -> list[SessionContextState]:
-        """States of the key (``[]`` for an unknown key)."""
-        return await context.states(self._storage, session_key, provider, state_kind, valid_only)
-
-    async def get_latest_context_state(
-        self,
-        session_key: str,
-        provider: str | None = None,
-        *,
-        state_kind: str | None = None,
-    ) -> SessionContextState | None:
-        """The current generation's context state to replay to ``provider``: the newest
-        usable one (valid, unexpired, a dict payload) that is the provider's own or portable
-        (docs/semantics.md#provider-states); ``None`` if there is none. ``SessionNotFoundError``
-        for a missing key."""
-        return await context.latest_state(
-            self._storage, self._generations, session_key, provider, state_kind
-        )
-
-    async def invalidate_context_states(
-        self,
-        session_key: str,
-        provider: str | None = None,
-        state_kind: str | None = None,
-        reason: str = "invalidated",
-    ) -> int:
-        return await context.invalidate_states(
-            self._storage, session_key, provider, state_kind, reason
-        )
-
     # -- retention ---------------------------------------------------------------------
 
     async def prune_stale(self, max_age_ms: int) -> int:
@@ -349,7 +285,9 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls):
         **options: Unpack[PersistSourceOptions],
     ) -> bool:
         """Store a summary produced elsewhere and keep ``kept_entries`` as the live tail,
-        positionally (docs/semantics.md#persist). An empty summary writes nothing. With
+        positionally (docs/semantics.md#persist): a dict keeps the live row at its position
+        when role and content match (``match_kept="role"``, upstream HEAD's opt-in: role
+        alone), else it is a new row. An empty summary writes nothing. With
         ``source_entries`` (and ``source_preimage``, ``removed_count``, optionally the
         boundary ids, all from :meth:`capture_compaction_source`): archive the first
         ``removed_count`` source rows if the source is still the transcript's prefix; the

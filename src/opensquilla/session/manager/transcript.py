@@ -14,13 +14,12 @@ from ..models import (
     CanonicalTranscriptCoverage,
     CanonicalTranscriptPage,
     Cursor,
-    PreparedSessionIntent,
     SessionNode,
     SessionStatus,
     TranscriptEntry,
 )
 from ..storage import SessionStorage
-from ..usecases import branching, messages, pages, prepared, reads
+from ..usecases import branching, messages, pages, reads
 from ..usecases.compaction_options import MutationContext
 from ..usecases.generations import GenerationCache
 from ..usecases.transcript import Transcripts
@@ -276,25 +275,4 @@ class TranscriptCalls:
             fork_through_turn_id=fork_through_turn_id,
             display_name=display_name,
             mutation_context=mutation_context,
-        )
-
-    async def prepare_prefix_branch(
-        self,
-        parent_session_key: str,
-        new_session_key: str,
-        *,
-        fork_before_message_id: str,
-        status: SessionStatus | str = SessionStatus.DONE,
-    ) -> PreparedSessionIntent:
-        """The prefix fork :meth:`branch` would write, decided and returned without writing
-        (docs/semantics.md#prepared-intents): action ``fork``, the child row (a resting
-        ``done`` by default) and copies of the parent's canonical rows before the message in
-        ``initial_transcript_entries``. Missing parent or message: the same errors as
-        :meth:`branch`; a taken child key: ``SessionExistsError``."""
-        return await prepared.prepare_prefix_branch(
-            self._storage,
-            parent_session_key,
-            new_session_key,
-            fork_before_message_id=fork_before_message_id,
-            status=status,
         )

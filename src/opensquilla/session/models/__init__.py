@@ -70,8 +70,7 @@ from .enums import (
     SessionStatus,
 )
 from .identity import AssistantMessageReservation
-from .intents import PreparedAction as PreparedAction
-from .intents import PreparedSessionIntent
+from .intents import PreparedAction, PreparedSessionIntent
 from .listing import SessionListCursor, SessionListPage
 from .messages import CompactedTranscriptEntry, TranscriptEntry
 from .pages import (
@@ -95,6 +94,7 @@ __all__ = [
     "CompactedTranscriptEntry",
     "FlushReceiptStatus",
     "InputProvenanceKind",
+    "PreparedAction",
     "PreparedSessionIntent",
     "QueueMode",
     "SendPolicy",

@@ -24,6 +24,12 @@ class PreparedSessionIntent:
     fresh message ids and no row ids). ``expected_epoch`` is the epoch the turn's appends
     are fenced to once the plan is applied: ``node.epoch``.
 
+    A ``reset`` plan is applied with ``apply_intent(key, RESET_SAME_KEY)``, never by writing
+    ``node`` with ``upsert_session``: that would be accepted (a higher epoch), yet skip what a
+    reset does besides the row (the old generation's transcript archived, its rows, summaries
+    and states deleted). Its ``node.session_id`` is a preview: ``apply_intent`` makes the new
+    generation's id itself.
+
     Nothing was written or reserved: a concurrent writer can take the key or change the
     parent meanwhile, which the applying write has to check (upstream applies plans in its
     turn-acceptance transaction, outside this store's five tables)."""

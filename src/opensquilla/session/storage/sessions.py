@@ -50,10 +50,13 @@ class SessionRowOperations(StorageLifecycle):
         (a reset, a delete and re-create meanwhile) raise ``SessionGenerationChangedError``
         (a ``KeyError``: ``Session generation changed: <key>``); nothing is written."""
         check_record("node", node, SessionNode)
-        self.canonical_node(node)
         if expected_session_id is not None:
-            await self._upsert_generation(node, expected_session_id)
+            expected = check_text(
+                "expected_session_id", expected_session_id, identifier=True, non_empty=True
+            )
+            await self._upsert_generation(self.canonical_node(node), expected)
             return
+        self.canonical_node(node)
         async with (
             generation_guard(self.uow, node.session_id, node.session_key),
             self.uow.write() as tx,
@@ -61,8 +64,7 @@ class SessionRowOperations(StorageLifecycle):
             await tx.sessions.claim_generation(node.session_id, node.session_key)
             await tx.sessions.upsert(node)
 
-    async def _upsert_generation(self, node: SessionNode, expected_session_id: object) -> None:
-        expected = check_text("expected_session_id", expected_session_id, identifier=True)
+    async def _upsert_generation(self, node: SessionNode, expected: str) -> None:
         changed = SessionGenerationChangedError(f"Session generation changed: {node.session_key}")
         if node.session_id != expected:
             raise changed

@@ -26,6 +26,7 @@ from ..errors import (
 from ..keys import canonicalize_session_key, require_session_key
 from ..models import (
     CANONICAL_FORK_PROOF_SCHEMA_VERSION,
+    CanonicalTranscriptCoverage,
     SessionNode,
     SessionStatus,
     TranscriptEntry,
@@ -211,27 +212,42 @@ async def branch_session(
     return child
 
 
-async def _record_lineage(
-    tx: Transaction, parent: SessionNode, child: SessionNode, fork: ForkMode
+def set_lineage(
+    child: SessionNode,
+    parent_coverage: CanonicalTranscriptCoverage,
+    fork: ForkMode,
+    copied_summaries: int = 0,
 ) -> None:
     """The fork-lineage proof on the child's row (docs/semantics.md#pages), from the
-    parent's coverage read now, inside the branch transaction.
+    parent's coverage (pure: a branch reads it inside its transaction, a prepared prefix
+    fork in its snapshot).
 
     ``schema_version`` at least ``CANONICAL_FORK_PROOF_SCHEMA_VERSION`` says that this
     fork logic wrote the count. A full fork inherits the parent's compaction count (its
     summaries come along); a prefix fork copies rows only, so starts at 0. A child of an
     incomplete parent gets a count its summaries cannot match, so it stays incomplete for
-    good: at least 1 (upstream's rule) and, for a full fork, one more than the summaries it
-    copies (upstream's ``max(1, C)`` would certify the child of a legacy fork whose own
-    summaries all match)."""
-    parent_coverage = await tx.transcript.coverage(parent.session_id)
+    good: at least 1 (upstream's rule) and, for a full fork, one more than the
+    ``copied_summaries`` (upstream's ``max(1, C)`` would certify the child of a legacy fork
+    whose own summaries all match)."""
     inherited = parent_coverage.compaction_count
     child.schema_version = max(child.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION)
     if not parent_coverage.canonical_complete:
-        copied = len(await tx.summaries.text_lengths(parent.session_id)) if fork == "full" else 0
+        copied = copied_summaries if fork == "full" else 0
         child.compaction_count = max(1, inherited, copied + 1)
     else:
         child.compaction_count = inherited if fork == "full" else 0
+
+
+async def _record_lineage(
+    tx: Transaction, parent: SessionNode, child: SessionNode, fork: ForkMode
+) -> None:
+    """:func:`set_lineage` from the parent's coverage read now, inside the branch
+    transaction."""
+    coverage = await tx.transcript.coverage(parent.session_id)
+    copied = 0
+    if fork == "full" and not coverage.canonical_complete:
+        copied = len(await tx.summaries.text_lengths(parent.session_id))
+    set_lineage(child, coverage, fork, copied)
 
 
 async def _fill(

@@ -78,11 +78,18 @@ class PersistSourceOptions(PersistOptions, total=False):
     (docs/semantics.md#compaction-source)."""
 
     removed_count: int | None
+    # Positional path only (docs/semantics.md#persist): which kept dicts reuse the live row
+    # at their position. "content" (the default, SEMANTICS §9): same role and content;
+    # "role" (upstream HEAD, opt-in): same role. Either way a tool_call_id or tool_calls the
+    # dict states must be the row's.
+    match_kept: str | None
     source_entries: Sequence[TranscriptEntry] | None
     source_preimage: str | None
     source_boundary_message_id: str | None
     source_boundary_entry_id: int | None
 
+
+MATCH_KEPT_MODES = ("content", "role")
 
 SOURCE_ONLY_OPTIONS = (
     "removed_count",

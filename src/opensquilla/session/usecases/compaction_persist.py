@@ -26,6 +26,7 @@ from ..storage import SessionStorage
 from ..support.clock import new_compaction_id, now_ms
 from .compaction_commit import rewrite_compacted_session
 from .compaction_options import (
+    MATCH_KEPT_MODES,
     SOURCE_ONLY_OPTIONS,
     PersistOptions,
     PersistSourceOptions,
@@ -73,6 +74,22 @@ def _stored_summary(
     )
 
 
+def _reuses_row(row: TranscriptEntry, wanted: TranscriptEntry, match_kept: str) -> bool:
+    """Whether kept dict ``wanted`` (built as an entry) keeps the live ``row`` at its position
+    as it is (docs/semantics.md#persist). ``"content"``: the same role and content, the
+    contract's rule (SEMANTICS §9 step 5); ``"role"``: the same role (upstream HEAD: the dict
+    is the compactor's replay view of the row). In both, a ``tool_call_id`` or ``tool_calls``
+    the dict states must be the row's, so a tool result is never kept paired with a call the
+    caller did not name."""
+    if row.role != wanted.role:
+        return False
+    if match_kept == "content" and row.content != wanted.content:
+        return False
+    if wanted.tool_call_id is not None and wanted.tool_call_id != row.tool_call_id:
+        return False
+    return wanted.tool_calls is None or (wanted.tool_calls or None) == (row.tool_calls or None)
+
+
 def _check_options(options: PersistOptions) -> None:
     check_compaction_options(
         options.get("compaction_id"),
@@ -97,6 +114,11 @@ async def persist_compaction_result(
     for name in SOURCE_ONLY_OPTIONS:
         if options.get(name) is not None:
             raise InvalidInputError(f"{name} is only accepted with source_entries")
+    match_kept = options.get("match_kept")
+    if match_kept is None:
+        match_kept = "content"
+    elif match_kept not in MATCH_KEPT_MODES:
+        raise InvalidInputError(f"match_kept must be 'content' or 'role', not {match_kept!r}")
     if not isinstance(kept_entries, list | tuple):
         raise InvalidInputError(
             f"kept_entries must be a list of dicts, not {type(kept_entries).__name__}"
@@ -145,11 +167,8 @@ async def persist_compaction_result(
         )
         if position < len(preserved):
             row = preserved[position]
-            if row.role == role:
-                # Upstream HEAD: the live row of the same role is kept as it is (id, content
-                # and every other column): a compactor's kept dicts carry the replay view of
-                # a row (sanitised content, no turn context or provenance), not the row.
-                continue
+            if _reuses_row(row, entry, match_kept):
+                continue  # the live row is kept as it is, id and every column included
             drop_ids.append(row.id or 0)
         new_entries.append(entry)
     applied = await rewrite_compacted_session(
@@ -187,6 +206,10 @@ async def _persist_against_source(
     live with their ids (``kept_entries`` is ignored). ``False``, nothing written, unless
     the source is non-empty, matches ``source_preimage`` and its boundary ids, and is still
     the live transcript's prefix at the commit."""
+    if options.get("match_kept") is not None:
+        raise InvalidInputError(
+            "match_kept is not accepted with source_entries (kept_entries is ignored there)"
+        )
     entries = check_source_entries("source_entries", source)
     preimage = options.get("source_preimage")
     removed_count = options.get("removed_count")

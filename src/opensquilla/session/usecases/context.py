@@ -60,8 +60,9 @@ async def latest_state(
     key = canonicalize_session_key(session_key)
     async with storage.uow.snapshot() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        rows = await tx.states.list_for_key(key, state_kind=state_kind)
-    current = [state for state in rows if state.session_id == node.session_id]
+        current = await tx.states.list_for_key(
+            key, state_kind=state_kind, valid_only=True, session_id=node.session_id
+        )
     return latest_context_state(current, provider, state_kind=state_kind)
 
 

@@ -149,11 +149,9 @@ async def read_context_records(
     """The records in force for generation ``session_id`` of ``session_key``, read on
     ``tx`` (states are stored per key, every generation: only this one's count)."""
     summaries = await tx.summaries.list_for_session(session_id)
-    states = [
-        state
-        for state in await tx.states.list_for_key(session_key, state_kind=PORTABLE_STATE_KIND)
-        if state.session_id == session_id
-    ]
+    states = await tx.states.list_for_key(
+        session_key, state_kind=PORTABLE_STATE_KIND, session_id=session_id
+    )
     return build_compaction_context_records(context_states=states, summaries=summaries, now_ms=now)
 
 

@@ -84,18 +84,12 @@ async def schema_report(dsn: str) -> SchemaReport:
 
 
 async def repair_indexes(dsn: str) -> tuple[str, ...]:
-    """Create the indexes of the current head the database lacks, unique ones included
-    (all or none: a unique index that existing duplicates refuse is an
-    ``IntegrityViolationError`` and nothing is created); the names created. A database not
-    at head is left alone (``db upgrade`` builds its indexes)."""
+    """Create the declared indexes the database lacks or holds invalid
+    (docs/migrations.md#missing-indexes); the names created. Refused (``MigrationError``,
+    nothing created) unless the schema, re-read under the migration lock, is at the head this
+    code declares."""
     async with unmigrated(dsn, create=False) as storage:
-        status = await migrate.check(storage.engine)
-        if not status.at_head:
-            return ()
-        missing = await migrate.missing_indexes(storage.engine)
-        if not missing:
-            return ()
-        return tuple(await migrate.restore_indexes(storage.engine, missing))
+        return tuple(await migrate.repair_indexes(storage.engine))
 
 
 async def current_revisions(dsn: str) -> tuple[str, ...]:

@@ -4,7 +4,9 @@ write, or a prefix fork's child and its copied rows, decided and returned withou
 Upstream HEAD applies such a plan in its turn-acceptance transaction, together with the
 turn's first message and tables outside this store; here the plan is a value, and
 :meth:`SessionStorage.upsert_session` / ``append_transcript_entry`` (or any writer of the
-caller's) apply it. Each plan is read from one snapshot.
+caller's) apply it; a ``reset`` plan only with ``apply_intent`` (its archive and deletes are
+not in the plan; its session id is a preview, ``apply_intent`` makes the id). Each plan is
+read from one snapshot.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from ..errors import (
 )
 from ..keys import canonicalize_session_key, require_session_key
 from ..models import (
-    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
     PreparedSessionIntent,
     SessionIntent,
     SessionNode,
@@ -30,9 +31,9 @@ from ..models import (
 )
 from ..storage import SessionStorage
 from ..support.clock import new_session_id, now_ms
-from .branching import child_of
+from .branching import child_of, set_lineage
 from .lifecycle import member, new_node
-from .reset import reset_values
+from .reset import next_generation_values
 
 # What a copied row does not take from its source: its owner, its row id and its message id
 # (a fork's copies get fresh ones, as branch's do).
@@ -41,9 +42,7 @@ _NOT_COPIED = {"id", "message_id", "session_id", "session_key"}
 
 def reset_node(stored: SessionNode, now: int) -> SessionNode:
     """``stored``'s next generation as a reset writes it (a copy; ``stored`` is unchanged)."""
-    values = reset_values(stored.epoch + 1, new_session_id(), now)
-    if stored.forked_from_parent:
-        values["schema_version"] = max(stored.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION)
+    values = next_generation_values(stored, new_session_id(), now)
     return SessionNode(**{**stored.model_dump(), **values})
 
 
@@ -99,18 +98,17 @@ async def prepare_prefix_branch(
         parent = await tx.sessions.get(key)
         if parent is None:
             raise SessionNotFoundError(f"Parent session not found: {key}")
-        if await tx.sessions.get(child_key) is not None:
-            raise SessionExistsError(f"Session already exists: {child_key}")
         position = await tx.transcript.find_canonical_position(parent.session_id, before)
         if position is None:
             raise MessageNotFoundError(f"Transcript message not found in {key}: {before}")
+        if await tx.sessions.get(child_key) is not None:
+            raise SessionExistsError(f"Session already exists: {child_key}")
         coverage = await tx.transcript.coverage(parent.session_id)
         canonical = await tx.transcript.list_canonical(parent.session_id)
     child = storage.canonical_node(child_of(parent, child_key, child_status, now_ms()))
     child.display_name = parent.display_name
     child.forked_from_parent = True
-    child.schema_version = max(child.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION)
-    child.compaction_count = 0 if coverage.canonical_complete else max(1, coverage.compaction_count)
+    set_lineage(child, coverage, "prefix")
     copies = tuple(
         TranscriptEntry(
             **entry.model_dump(exclude=_NOT_COPIED),

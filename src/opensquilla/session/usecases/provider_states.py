@@ -9,13 +9,13 @@ payload is opaque to everyone else: an Anthropic compaction block, the output of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from typing import Any
 
 from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key
-from ..models import SessionContextState, check_optional_text
+from ..models import SessionContextState, check_optional_integer, check_optional_text
 from ..support.clock import now_ms as clock_ms
 
 OPENAI_RESPONSES_PROVIDER = "openai_responses"
@@ -50,6 +50,7 @@ def latest_context_state(
     never chosen: its payload means nothing to this one."""
     check_optional_text("provider", provider)
     check_optional_text("state_kind", state_kind)
+    check_optional_integer("now_ms", now_ms)
     if not isinstance(states, Sequence) or isinstance(states, str):
         raise InvalidInputError(
             f"states must be a list of SessionContextState, not {type(states).__name__}"
@@ -119,7 +120,18 @@ def build_openai_responses_input_items(
 ) -> list[dict[str, Any]]:
     """The Responses ``input`` for the next request: the newest usable compacted window's
     ``output`` replayed as it is, then ``current_items`` (copies of both); just the current
-    items without such a state."""
+    items without such a state. ``current_items`` must be a list of dicts (a string or a
+    dict is refused, not taken for its characters or keys), ``now_ms`` an int >= 0."""
+    if not isinstance(current_items, Sequence) or isinstance(current_items, str | bytes):
+        raise InvalidInputError(
+            f"current_items must be a list of dicts, not {type(current_items).__name__}"
+        )
+    for position, item in enumerate(current_items):
+        if not isinstance(item, Mapping):
+            raise InvalidInputError(
+                f"current_items[{position}] must be a dict, not {type(item).__name__}"
+            )
+    check_optional_integer("now_ms", now_ms)
     windows = [
         state
         for state in context_states

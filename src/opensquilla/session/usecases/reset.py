@@ -93,6 +93,17 @@ def reset_values(epoch: int, session_id: str, now: int) -> dict[str, object]:
     }
 
 
+def next_generation_values(current: SessionNode, session_id: str, now: int) -> dict[str, object]:
+    """What a reset of ``current`` writes on its row (:func:`reset_values` at the next epoch,
+    generation ``session_id``); a forked row's new generation is empty, so complete: proven
+    (``schema_version`` at least ``CANONICAL_FORK_PROOF_SCHEMA_VERSION``), whatever the fork
+    was."""
+    values = reset_values(current.epoch + 1, session_id, now)
+    if current.forked_from_parent:
+        values["schema_version"] = max(current.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION)
+    return values
+
+
 async def start_generation(
     storage: SessionStorage,
     session_key: str,
@@ -137,12 +148,7 @@ async def start_generation(
         # recovery tells a committed reset by the session's id having changed.
         await tx.sessions.claim_generation(new_session_id, None)
         old_id = current.session_id
-        values = reset_values(current.epoch + 1, new_session_id, now)
-        if current.forked_from_parent:
-            # The new generation is empty, so complete: proven, whatever the fork was.
-            values["schema_version"] = max(
-                current.schema_version, CANONICAL_FORK_PROOF_SCHEMA_VERSION
-            )
+        values = next_generation_values(current, new_session_id, now)
         renewed = await tx.sessions.update_fields(key, values)
         assert renewed is not None
         if archive is not None:

@@ -44,8 +44,13 @@ class ContextStateRepository:
         provider: str | None = None,
         state_kind: str | None = None,
         valid_only: bool = True,
+        session_id: str | None = None,
     ) -> list[SessionContextState]:
+        """The key's states (every generation's, or generation ``session_id``'s), oldest
+        first."""
         query = select_rows(states, self.conn).where(states.c.session_key == session_key)
+        if session_id is not None:
+            query = query.where(states.c.session_id == session_id)
         if provider is not None:
             query = query.where(states.c.provider == provider)
         if state_kind is not None:
