@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from opensquilla.session.db.types import (
@@ -22,6 +22,7 @@ from opensquilla.session.db.types import (
     json_deserializer,
     json_serializer,
     unescape_text,
+    without_negative_zero,
 )
 
 # Text biased towards the characters the codec cares about, plus anything else.
@@ -188,8 +189,9 @@ def test_postgres_json_writes_big_floats_with_a_fraction(number: float) -> None:
 
 
 def _json_or_none(text: str | bytes) -> Any:
+    """``json.loads`` in the store's value domain (one zero: ``-0.0`` reads as ``0.0``)."""
     try:
-        return json.loads(text)
+        return without_negative_zero(json.loads(text))
     except ValueError:
         return None
 
@@ -203,6 +205,7 @@ def _json_or_none(text: str | bytes) -> Any:
         .flatmap(lambda text: st.sampled_from([text, text + " ", text + "x", text + "1"])),
     )
 )
+@example("[-0.0, 1]")  # one zero: read as [0.0, 1] on SQLite
 def test_sqlite_json_decoding_is_json_loads(text: str) -> None:
     """The read path calls the scanner directly; what it returns is ``json.loads``'s
     (``None`` where that raises), for JSON text with leading or trailing whitespace,
@@ -211,5 +214,5 @@ def test_sqlite_json_decoding_is_json_loads(text: str) -> None:
     assert repr(json_deserializer("sqlite")(text)) == repr(expected)
     as_bytes = text.encode("utf-8")
     assert repr(json_deserializer("sqlite")(as_bytes)) == repr(_json_or_none(as_bytes))
-    if expected is not None:
-        assert repr(json_deserializer("postgresql")(text)) == repr(expected)
+    if expected is not None:  # jsonb never hands back a -0.0: plain json.loads there
+        assert repr(json_deserializer("postgresql")(text)) == repr(json.loads(text))
