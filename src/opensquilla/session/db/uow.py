@@ -61,10 +61,6 @@ from .repos.transfer import TransferRepository
 
 T = TypeVar("T")
 
-# The append on the pool's DBAPI connection while no listener watches statements
-# (``db/direct_statement.py``); tests and the benchmark turn it off to compare.
-FAST_APPEND = True
-
 
 class Transaction:
     """The repositories of one unit of work, bound to its connection."""
@@ -162,7 +158,7 @@ class UnitOfWork:
         execute, commit and close each cross): 0.15 ms of an append (README#performance).
         While no listener watches statements (checked at each call) the statement runs on
         the pool's DBAPI connection, without SQLAlchemy's ``Connection`` around it."""
-        if FAST_APPEND and not statements_watched(self._single.sync_engine):
+        if not statements_watched(self._single.sync_engine):
             stmt, params = fenced_append.one_statement_append(
                 self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
             )
