@@ -186,3 +186,72 @@ async def test_a_cancelled_append_on_postgres_returns_no_busy_connection(
         ["before", "after 0", "after 1", "after 2"],
         ["before", "cancelled", "after 0", "after 1", "after 2"],
     )
+
+
+@pytest.mark.parametrize("error", [TimeoutError, asyncio.CancelledError])
+async def test_a_timeout_in_the_statement_invalidates_the_connection_on_both_paths(
+    storage: SessionStorage,
+    manager: SessionManager,
+    fast: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    error: type[BaseException],
+) -> None:
+    """The driver raising ``TimeoutError`` (asyncpg's ``command_timeout``) or a
+    cancellation inside the statement: SQLAlchemy's rule (``util.is_exit_exception``) is
+    that the connection's state is unknown, so it is invalidated, never handed out again;
+    the pool's other connections are kept. Both paths alike."""
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "before")
+    dialect: Any = storage.engine.sync_engine.dialect
+    original = dialect.do_execute
+    fail = True
+
+    def timing_out(cursor: Any, statement: str, parameters: Any, context: Any = None) -> Any:
+        nonlocal fail
+        if fail and "transcript_" in statement and "INSERT" in statement:
+            fail = False
+            raise error("the test's driver timed out")
+        return original(cursor, statement, parameters, context)
+
+    monkeypatch.setattr(dialect, "do_execute", timing_out)
+    invalidated: list[Any] = []
+    with (
+        paths(monkeypatch) as taken,
+        listening(storage, "invalidate", lambda *args: invalidated.append(args)),
+    ):
+        with pytest.raises(error):
+            await manager.append_message(KEY, "user", "timed out")
+        assert len(invalidated) == 1
+        await manager.append_message(KEY, "user", "after")
+    assert taken == ["direct" if fast else "connection"] * 2
+    assert [e.content for e in await manager.get_transcript(KEY)] == ["before", "after"]
+
+
+@pytest.mark.postgres_only
+async def test_a_command_timeout_invalidates_the_connection_on_both_paths(
+    database: str, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg's ``command_timeout`` passing while the append waits on a row lock another
+    connection holds: the connection is invalidated once on either path."""
+    async with SessionStorage(database, connect_args={"command_timeout": 0.3}) as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.create(KEY)
+        await manager.append_message(KEY, "user", "before")
+        async with storage.engine.connect() as holder:
+            lock = await holder.begin()
+            await holder.execute(
+                text("SELECT 1 FROM sessions WHERE session_key = :k FOR UPDATE"), {"k": KEY}
+            )
+            invalidated: list[Any] = []
+            with (
+                paths(monkeypatch) as taken,
+                listening(storage, "invalidate", lambda *args: invalidated.append(args)),
+            ):
+                with pytest.raises(TimeoutError):
+                    await manager.append_message(KEY, "user", "timed out")
+                assert len(invalidated) == 1
+                await lock.rollback()
+                await manager.append_message(KEY, "user", "after")
+        assert taken == ["direct" if fast else "connection"] * 2
+        contents = [e.content for e in await manager.get_transcript(KEY)]
+        assert contents == ["before", "after"]

@@ -16,8 +16,9 @@ engine by SQLAlchemy's own compiler, its values bound by the same type processor
 executed on a cursor, and everything that goes wrong ends as it would on the ``Connection``
 path: a driver error wrapped by ``DBAPIError.instance`` (so ``db/errors.py`` translates it
 alike), the pool invalidated on a disconnect and the connection never returned broken, the
-connection invalidated when a cancellation (or any other exit exception) interrupts the
-statement, anything else the caller raised passed through unchanged.
+connection invalidated when a cancellation, a timeout or any other exit exception
+(SQLAlchemy's ``util.is_exit_exception``) interrupts the statement, anything else the
+caller raised passed through unchanged.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.util.concurrency import is_exit_exception
 
 from ..errors import DatabaseUnavailableError
 
@@ -191,9 +193,10 @@ def first_value(
             finally:
                 cursor.close()
     except BaseException as exc:
-        if not isinstance(exc, Exception) and fairy.is_valid:
-            # A cancellation (or KeyboardInterrupt) with the statement in flight: the
-            # connection's state is unknown; SQLAlchemy's Connection invalidates it too.
+        if is_exit_exception(exc) and fairy.is_valid:
+            # A cancellation, a timeout (asyncpg's ``command_timeout``) or a
+            # KeyboardInterrupt with the statement in flight: the connection's state is
+            # unknown. SQLAlchemy's Connection invalidates it on the same rule.
             fairy.invalidate(exc)
         raise
     finally:
