@@ -255,3 +255,32 @@ async def test_a_command_timeout_invalidates_the_connection_on_both_paths(
         assert taken == ["direct" if fast else "connection"] * 2
         contents = [e.content for e in await manager.get_transcript(KEY)]
         assert contents == ["before", "after"]
+
+
+@pytest.mark.postgres_only
+async def test_an_interrupted_connection_is_not_reset_before_it_is_invalidated(
+    storage: SessionStorage, manager: SessionManager, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The autocommit view's isolation level is reset after the statement only on a
+    connection that is kept: one a timeout interrupted is invalidated, untouched."""
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "before")
+    dialect: Any = storage.engine.sync_engine.dialect
+    original, reset = dialect.do_execute, dialect.reset_isolation_level
+    resets: list[Any] = []
+
+    def timing_out(cursor: Any, statement: str, parameters: Any, context: Any = None) -> Any:
+        if "transcript_" in statement and "INSERT" in statement:
+            raise TimeoutError("the test's driver timed out")
+        return original(cursor, statement, parameters, context)
+
+    def resetting(dbapi_connection: Any) -> None:
+        resets.append(dbapi_connection)
+        reset(dbapi_connection)
+
+    monkeypatch.setattr(dialect, "do_execute", timing_out)
+    monkeypatch.setattr(dialect, "reset_isolation_level", resetting)
+    with paths(monkeypatch) as taken, pytest.raises(TimeoutError):
+        await manager.append_message(KEY, "user", "timed out")
+    assert taken == ["direct" if fast else "connection"]
+    assert resets == []

@@ -212,9 +212,14 @@ def _isolation(dialect: Dialect, fairy: PoolProxiedConnection, level: str | None
     dialect.set_isolation_level(fairy.dbapi_connection, level)  # type: ignore[arg-type]
     try:
         yield
-    finally:
-        if fairy.is_valid:
+    except BaseException as exc:
+        # An exit exception leaves the connection to be invalidated (``first_value``):
+        # nothing more is done on it.
+        if not is_exit_exception(exc) and fairy.is_valid:
             dialect.reset_isolation_level(fairy.dbapi_connection)  # type: ignore[arg-type]
+        raise
+    if fairy.is_valid:
+        dialect.reset_isolation_level(fairy.dbapi_connection)  # type: ignore[arg-type]
 
 
 def _before_execute(dialect: Dialect, cursor: Any) -> None:
