@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from opensquilla.session import SessionManager, SessionStorage, StaleEpochError
@@ -215,3 +216,46 @@ async def test_an_overflowing_delta_is_refused_alike_on_both_paths(
             entry(node, "too big"), expected_epoch=0, now=node.updated_at + 1, token_delta=6
         )
     assert await table_snapshot(storage) == before
+
+
+@pytest.mark.parametrize("name", ["begin", "engine_connect", "rollback", "commit"])
+async def test_a_listener_on_a_connection_event_sends_the_append_through_the_connection(
+    storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The Connection path fires ``begin`` (an autobegin, even in autocommit),
+    ``engine_connect`` and ``rollback``/``commit``: a listener on one of them is honoured;
+    the store's own (SQLite's BEGIN recipe, the autocommit view's isolation level) are not
+    counted."""
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "warm")
+    seen: list[Any] = []
+    with paths(monkeypatch) as taken:
+        with listening(storage, name, lambda *args: seen.append(args)):
+            await manager.append_message(KEY, "user", "watched")
+        await manager.append_message(KEY, "user", "unwatched again")
+    assert taken == ["connection", "direct"]
+    if name in ("begin", "engine_connect"):
+        assert seen
+    assert len(await manager.get_transcript(KEY)) == 3
+
+
+@pytest.mark.parametrize("name", ["before_cursor_execute", "begin"])
+async def test_a_class_level_engine_listener_is_honoured(
+    storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """``event.listen(Engine, ...)`` watches every engine's statements, the store's too."""
+    await manager.create(KEY)
+    seen: list[Any] = []
+
+    def listener(*args: Any) -> None:
+        seen.append(args)
+
+    with paths(monkeypatch) as taken:
+        event.listen(Engine, name, listener)
+        try:
+            await manager.append_message(KEY, "user", "watched")
+        finally:
+            event.remove(Engine, name, listener)
+        await manager.append_message(KEY, "user", "unwatched")
+    assert taken == ["connection", "direct"]
+    assert seen

@@ -39,10 +39,7 @@ from sqlalchemy.util.concurrency import is_exit_exception
 from ..errors import DatabaseUnavailableError
 
 # Engine events that see a statement or its commit. The Connection path fires them; here
-# none would, so any listener sends the statement there. Not among them: "begin" (the
-# store's own SQLite setup listens to it; an autocommit statement begins nothing) and
-# "engine_connect" (SQLAlchemy itself listens to it on an engine view with an isolation
-# level, to set it on each Connection: done here too, see ``_isolation``).
+# none would, so any listener sends the statement there.
 CONNECTION_EVENTS = (
     "before_cursor_execute",
     "after_cursor_execute",
@@ -50,6 +47,13 @@ CONNECTION_EVENTS = (
     "after_execute",
     "commit",
 )
+# Connection events the store itself listens to: "begin" (the SQLite BEGIN recipe; an
+# autocommit statement begins nothing) and "engine_connect" (SQLAlchemy's own listener on an
+# engine view with an isolation level, to set it on each Connection: done here too, see
+# ``_isolation``); and "rollback". Those listeners (:func:`own_listeners`) do not count; any
+# other one sends the statement through the Connection, which fires these events.
+QUIET_EVENTS = ("begin", "engine_connect", "rollback")
+_OWN_LISTENERS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
 DIALECT_EVENTS = ("handle_error", "do_execute")  # ``event.listen(engine, ...)`` puts them here
 
 # The drivers whose DBAPI adapters this module knows (what their execution contexts do
@@ -59,7 +63,8 @@ DRIVERS = frozenset({"aiosqlite", "asyncpg"})
 
 def statements_watched(engine: Engine) -> bool:
     """Whether something watches ``engine``'s statements: a listener on one of the
-    statement events (on the engine, its parent engine, or the ``Engine`` class), or
+    statement events (on the engine, its parent engine, or the ``Engine`` class), one
+    other than the store's own on ``begin``, ``engine_connect`` or ``rollback``, or
     statement logging (``echo``, or the ``sqlalchemy.engine`` logger at INFO)."""
     dispatch = engine.dispatch
     for name in CONNECTION_EVENTS:
@@ -69,7 +74,25 @@ def statements_watched(engine: Engine) -> bool:
     for name in DIALECT_EVENTS:
         if getattr(dialect_dispatch, name):
             return True
+    own = _OWN_LISTENERS
+    for name in QUIET_EVENTS:
+        for fn in getattr(dispatch, name):
+            if fn not in own:
+                return True
     return engine._should_log_info()
+
+
+def own_listeners(*listeners: Callable[..., Any]) -> None:
+    """Mark ``listeners`` (on a :data:`QUIET_EVENTS` event) as the store's own: they
+    leave the statement on the direct path."""
+    _OWN_LISTENERS.update(listeners)
+
+
+def view_listeners(view: Engine, base: Engine) -> list[Callable[..., Any]]:
+    """The ``engine_connect`` listeners SQLAlchemy put on the engine view ``view`` of
+    ``base`` (``execution_options(isolation_level=...)``), not ``base``'s."""
+    inherited = set(base.dispatch.engine_connect)
+    return [fn for fn in view.dispatch.engine_connect if fn not in inherited]
 
 
 @dataclass(frozen=True, slots=True)

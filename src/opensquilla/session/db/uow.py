@@ -41,9 +41,11 @@ from ..models import TranscriptEntry
 from .direct_statement import (
     Plan,
     first_value,
+    own_listeners,
     plan_for,
     refused_connection,
     statements_watched,
+    view_listeners,
 )
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
@@ -113,6 +115,7 @@ class UnitOfWork:
             self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
             self._reader = self._single
             self._snapshot = engine.execution_options(isolation_level="REPEATABLE READ")
+        own_listeners(*view_listeners(self._single.sync_engine, engine.sync_engine))
         # What the autocommit view sets on a connection for its statement (the direct path
         # sets and resets it the same way).
         self._isolation_level: str | None = self._single.get_execution_options().get(
