@@ -107,3 +107,51 @@ def test_storage_settings_are_checked_once_when_the_storage_is_built(tmp_path: P
     with pytest.raises(ConfigurationError, match="sqlite_synchronous must be one of"):
         SessionStorage(tmp_path / "never.db", sqlite_synchronous="SOMETIMES")  # type: ignore[arg-type]
     assert not (tmp_path / "never.db").exists()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda c: c.model_copy(update={"base_chunk_ratio": -5.0}),
+        lambda c: c.model_copy(update={"default_parts": "two"}),
+        lambda c: CompactionConfig.model_construct(base_chunk_ratio="x"),
+        lambda c: CompactionConfig.model_construct(lease_seconds=-1),
+    ],
+    ids=["model_copy ratio", "model_copy parts", "model_construct ratio", "model_construct lease"],
+)
+def test_no_way_around_the_check(build: Any) -> None:
+    """``model_copy(update=...)`` and ``model_construct(...)`` are checked as a new
+    config is (``ConfigurationError``), never built unchecked."""
+    with pytest.raises(ConfigurationError):
+        build(CompactionConfig())
+
+
+def test_model_copy_and_construct_still_build_good_configs() -> None:
+    config = CompactionConfig(base_chunk_ratio=0.5)
+    assert config.model_copy() == config
+    assert config.model_copy(update={"default_parts": 3}) == config.replace(default_parts=3)
+    assert CompactionConfig.model_construct(default_parts=3) == CompactionConfig(default_parts=3)
+
+
+def test_the_api_key_is_in_no_dump_repr_or_error() -> None:
+    config = CompactionConfig(api_key=SECRET, model="m")
+    shown = [
+        repr(config),
+        str(config),
+        str(config.model_dump()),
+        config.model_dump_json(),
+        str(config.model_dump(mode="json")),
+    ]
+    for text in shown:
+        assert SECRET not in text
+    assert "api_key" not in config.model_dump()
+    assert str(config).startswith("CompactionConfig(") and "api_key='***'" in str(config)
+    with pytest.raises(ConfigurationError) as caught:
+        CompactionConfig(api_key=SECRET, base_chunk_ratio="x")
+    assert SECRET not in str(caught.value) and SECRET not in repr(caught.value)
+    assert config.api_key == SECRET  # still there for the summariser
+
+
+def test_validate_is_kept_for_compatibility() -> None:
+    """``config.validate()`` (the dataclass's) re-checks and returns ``None``."""
+    assert CompactionConfig(default_parts=3).validate() is None

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, Literal, get_args
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from ..errors import ConfigurationError
 from ..support.settings import Settings
@@ -34,7 +34,8 @@ class CompactionConfig(Settings):
     default_parts: int = 2
     identifier_policy: IdentifierPolicy | str = "strict"
     model: str | None = None
-    api_key: str = ""
+    # Never in a dump (model_dump, model_dump_json) nor shown by repr()/str() ("***").
+    api_key: str = Field(default="", exclude=True)
     base_url: str = "https://openrouter.ai/api/v1"
     timeout_seconds: float = 90.0
     coverage_blocking: bool = False
