@@ -163,9 +163,10 @@ async def _outcome(call: Any) -> tuple[type[BaseException], str] | None:
 
 @pytest.mark.parametrize("case", ["stale epoch", "other generation", "missing session"])
 async def test_refusals_are_the_same_on_both_paths(
-    storage: SessionStorage, manager: SessionManager, case: str
+    storage: SessionStorage, manager: SessionManager, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     outcomes = []
+    taken = paths(monkeypatch).__enter__()  # patched for the rest of the test
     for fast in (True, False):
         key = f"{KEY}:{'direct' if fast else 'connection'}"
         node = await manager.create(key)
@@ -191,6 +192,9 @@ async def test_refusals_are_the_same_on_both_paths(
         assert outcome is not None
         message = outcome[1].replace(key, "KEY").replace(session_id, "SID")
         outcomes.append((outcome[0], message.replace(node.session_id, "NODE")))
+    # A silent fallback would compare one path with itself. The direct path's refusal with
+    # a token delta then tells a stale fence from an overflow through a Connection.
+    assert taken == ["direct", "connection", "connection"]
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] is StaleEpochError
     assert (
@@ -204,18 +208,22 @@ async def test_refusals_are_the_same_on_both_paths(
 
 
 async def test_an_overflowing_delta_is_refused_alike_on_both_paths(
-    storage: SessionStorage, manager: SessionManager, fast: bool
+    storage: SessionStorage, manager: SessionManager, fast: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = await manager.create(KEY)
-    await storage.append_message_entry(
-        entry(node, "big"), expected_epoch=0, now=node.updated_at, token_delta=INT64_MAX - 5
-    )
-    before = await table_snapshot(storage)
-    with pytest.raises(InvalidInputError, match=r"would take total_tokens of .* past"):
+    with paths(monkeypatch) as taken:
         await storage.append_message_entry(
-            entry(node, "too big"), expected_epoch=0, now=node.updated_at + 1, token_delta=6
+            entry(node, "big"), expected_epoch=0, now=node.updated_at, token_delta=INT64_MAX - 5
         )
+        before = await table_snapshot(storage)
+        with pytest.raises(InvalidInputError, match=r"would take total_tokens of .* past"):
+            await storage.append_message_entry(
+                entry(node, "too big"), expected_epoch=0, now=node.updated_at + 1, token_delta=6
+            )
     assert await table_snapshot(storage) == before
+    path = "direct" if fast else "connection"
+    # the refused append's overflow check runs through a Connection on either path
+    assert taken == [path, path, "connection"] if fast else [path, path]
 
 
 @pytest.mark.parametrize("name", ["begin", "engine_connect", "rollback", "commit"])
