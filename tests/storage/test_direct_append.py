@@ -267,3 +267,44 @@ async def test_a_class_level_engine_listener_is_honoured(
         await manager.append_message(KEY, "user", "unwatched")
     assert taken == ["connection", "direct"]
     assert seen
+
+
+@pytest.mark.parametrize("token_delta", [0, 7])
+async def test_the_direct_path_sends_what_the_connection_path_sends(
+    storage: SessionStorage,
+    manager: SessionManager,
+    monkeypatch: pytest.MonkeyPatch,
+    token_delta: int,
+) -> None:
+    """The SQL and the parameters the direct path hands the driver equal what a
+    ``before_cursor_execute`` listener sees on the Connection path for the same append
+    (catches a drift in SQLAlchemy's compilation or binding)."""
+    node = await manager.create(KEY)
+    await manager.append_message(KEY, "user", "warm")  # what is looked up once, looked up
+    dialect: Any = storage.engine.sync_engine.dialect
+    original = dialect.do_execute
+    sent: dict[str, tuple[str, tuple[Any, ...]]] = {}
+
+    def recording(cursor: Any, statement: str, parameters: Any, context: Any = None) -> Any:
+        if "INSERT" in statement:
+            sent.setdefault("direct", (statement, tuple(parameters)))
+        return original(cursor, statement, parameters, context)
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "INSERT" in statement:
+            sent.setdefault("connection", (statement, tuple(parameters)))
+
+    append = entry(node, "the same")
+    with paths(monkeypatch) as taken:
+        with monkeypatch.context() as patch:
+            patch.setattr(dialect, "do_execute", recording)
+            await storage.append_message_entry(
+                append, expected_epoch=0, now=node.updated_at + 1, token_delta=token_delta
+            )
+        with listening(storage, "before_cursor_execute", seen):
+            await storage.append_message_entry(
+                append, expected_epoch=0, now=node.updated_at + 1, token_delta=token_delta
+            )
+    assert taken == ["direct", "connection"]
+    assert sent["direct"] == sent["connection"]
+    assert "transcript_" in sent["direct"][0] and "the same" in sent["direct"][1]
