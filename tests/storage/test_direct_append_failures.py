@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.errors import DatabaseUnavailableError
+from opensquilla.session.errors import DatabaseError, DatabaseUnavailableError
 from tests.storage.direct_paths import HANG_GUARD, KEY, force_path, listening, paths
 
 
@@ -284,3 +284,32 @@ async def test_an_interrupted_connection_is_not_reset_before_it_is_invalidated(
         await manager.append_message(KEY, "user", "timed out")
     assert taken == ["direct" if fast else "connection"]
     assert resets == []
+
+
+async def test_a_driver_error_opening_the_cursor_is_translated_on_both_paths(
+    storage: SessionStorage, manager: SessionManager, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver refusing to open a cursor is wrapped and translated
+    (``DatabaseError``) on either path, the driver's error the cause."""
+    from sqlalchemy.pool.base import _ConnectionFairy
+
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "before")
+    dbapi: Any = storage.engine.sync_engine.dialect.loaded_dbapi
+    original = _ConnectionFairy.cursor
+    fail = True
+
+    def refusing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal fail
+        if fail:
+            fail = False
+            raise dbapi.OperationalError("the test's driver refuses a cursor")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_ConnectionFairy, "cursor", refusing)
+    with paths(monkeypatch) as taken:
+        with pytest.raises(DatabaseError, match="the test's driver refuses a cursor"):
+            await manager.append_message(KEY, "user", "refused")
+        await manager.append_message(KEY, "user", "after")
+    assert taken == ["direct" if fast else "connection"] * 2
+    assert [e.content for e in await manager.get_transcript(KEY)] == ["before", "after"]

@@ -27,7 +27,7 @@ import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
@@ -206,15 +206,19 @@ def first_value(
                     hide_parameters=engine.hide_parameters,
                     dialect=dialect,
                 ) from exc
-            cursor = fairy.cursor()
+            cursor = None
             try:
+                # Opening the cursor too, as the execution context does inside the
+                # Connection's error handling.
+                cursor = fairy.cursor()
                 _before_execute(dialect, cursor)
                 dialect.do_execute(cursor, plan.sql, values, None)
                 row = cursor.fetchone()
             except dbapi_error as exc:
                 _raise_driver_error(engine, fairy, cursor, exc, plan.sql, values)
             finally:
-                cursor.close()
+                if cursor is not None:
+                    cursor.close()
     except BaseException as exc:
         if is_exit_exception(exc) and fairy.is_valid:
             # A cancellation, a timeout (asyncpg's ``command_timeout``) or a
@@ -259,7 +263,7 @@ def _raise_driver_error(
     exc: Exception,
     statement: str,
     values: Sequence[Any],
-) -> Any:
+) -> NoReturn:
     """As ``Connection._handle_dbapi_exception``: wrapped, and on a disconnect the pool
     and the connection invalidated."""
     dialect = engine.dialect
