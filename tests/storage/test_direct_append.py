@@ -308,3 +308,24 @@ async def test_the_direct_path_sends_what_the_connection_path_sends(
     assert taken == ["direct", "connection"]
     assert sent["direct"] == sent["connection"]
     assert "transcript_" in sent["direct"][0] and "the same" in sent["direct"][1]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("name", ["_invalidate_schema_cache", "_invalidate_schema_cache_asof"])
+async def test_a_missing_private_dialect_hook_means_the_connection_path(
+    storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Should SQLAlchemy rename the asyncpg dialect's statement-cache hooks the direct path
+    uses, the statement is not planned there (``None``: the Connection path)."""
+    from opensquilla.session.db import direct_statement
+    from opensquilla.session.db.repos import fenced_append
+
+    node = await manager.create(KEY)
+    engine = storage.engine.sync_engine
+    stmt, params = fenced_append.one_statement_append(
+        "postgresql", entry(node, "x"), expected_epoch=0, now=1, token_delta=0
+    )
+    assert direct_statement._compile(engine, stmt, tuple(params)) is not None
+    owner = next(k for k in type(engine.dialect).__mro__ if name in vars(k))
+    monkeypatch.delattr(owner, name)
+    assert direct_statement._compile(engine, stmt, tuple(params)) is None

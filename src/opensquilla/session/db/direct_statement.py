@@ -24,6 +24,7 @@ caller raised passed through unchanged.
 from __future__ import annotations
 
 import contextlib
+import logging
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.sqltypes import TupleType
 from sqlalchemy.util.concurrency import is_exit_exception
 
 from ..errors import DatabaseUnavailableError
@@ -79,7 +81,7 @@ def statements_watched(engine: Engine) -> bool:
         for fn in getattr(dispatch, name):
             if fn not in own:
                 return True
-    return engine._should_log_info()
+    return engine.logger.isEnabledFor(logging.INFO)  # what Engine._should_log_info() checks
 
 
 def own_listeners(*listeners: Callable[..., Any]) -> None:
@@ -154,13 +156,27 @@ def _compile(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
         or compiled.post_compile_params
     ):
         return None
-    # SQLAlchemy's own processors for these binds (what _init_compiled applies); a tuple
-    # type's sequence of processors is not for here.
+    if compiled.escaped_bind_names or (
+        dialect.driver == "asyncpg"
+        and not (
+            hasattr(dialect, "_invalidate_schema_cache_asof")
+            and hasattr(dialect, "_invalidate_schema_cache")
+        )
+    ):
+        # Renamed binds, or an asyncpg dialect without the statement-cache hooks this
+        # module sets (``_before_execute``) and calls (``_raise_driver_error``): the
+        # Connection path, rather than an append failing.
+        return None
+    # The binds' own processors, as their types give them to the dialect (what the
+    # execution context applies); a tuple type's sequence of processors is not for here.
     processors: dict[str, Callable[[Any], Any]] = {}
-    for name, processor in compiled._bind_processors.items():
-        if not callable(processor):
+    for name in set(compiled.positiontup):
+        bind = compiled.binds[name]
+        if isinstance(bind.type, TupleType):
             return None
-        processors[name] = processor
+        processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if processor is not None:
+            processors[name] = processor
     return Plan(
         sql=compiled.string,
         compiled=compiled,
@@ -283,9 +299,7 @@ def _raise_driver_error(
         dialect=dialect,
     )
     if disconnect:
-        engine.pool._invalidate(fairy, exc)
-        if fairy.is_valid:
-            fairy.invalidate(exc)
+        engine.pool._invalidate(fairy, exc)  # the pool's older connections, and this one
     raise wrapped from exc
 
 
