@@ -329,3 +329,35 @@ async def test_a_missing_private_dialect_hook_means_the_connection_path(
     owner = next(k for k in type(engine.dialect).__mro__ if name in vars(k))
     monkeypatch.delattr(owner, name)
     assert direct_statement._compile(engine, stmt, tuple(params)) is None
+
+
+async def test_the_plan_cache_never_hands_out_another_statements_plan(
+    storage: SessionStorage, manager: SessionManager
+) -> None:
+    """Plans are cached per statement object, not per ``id()`` alone (an id is reused
+    once its object is gone): a cached entry under the same id for another statement is
+    not this statement's plan."""
+    from opensquilla.session.db import direct_statement
+    from opensquilla.session.db.repos import fenced_append
+
+    node = await manager.create(KEY)
+    engine = storage.engine.sync_engine
+    stmt, params = fenced_append.one_statement_append(
+        engine.dialect.name, entry(node, "x"), expected_epoch=0, now=1, token_delta=0
+    )
+    keys = tuple(params)
+    plan = direct_statement.plan_for(engine, stmt, keys)
+    assert plan is not None and direct_statement.plan_for(engine, stmt, keys) is plan
+    other = text("SELECT 1")
+    plans = direct_statement._PLANS[engine.dialect]
+    saved = dict(plans)
+    try:
+        plans.clear()
+        plans[(id(other), keys)] = (stmt, plan)  # as if `other` reused a dead statement's id
+        found = direct_statement.plan_for(engine, other, keys)
+        assert found is None or (
+            isinstance(found, direct_statement.Plan) and found.sql == "SELECT 1"
+        )
+    finally:
+        plans.clear()
+        plans.update(saved)

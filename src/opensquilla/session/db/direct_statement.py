@@ -116,9 +116,11 @@ class Plan:
         )
 
 
-_PLANS: weakref.WeakKeyDictionary[Dialect, dict[tuple[int, tuple[str, ...]], Plan | None]] = (
-    weakref.WeakKeyDictionary()
-)
+# Per dialect: (id of the statement, its parameter names) -> (the statement, its plan). The
+# statement is kept and checked with ``is``: an id is reused once its object is gone.
+_PLANS: weakref.WeakKeyDictionary[
+    Dialect, dict[tuple[int, tuple[str, ...]], tuple[ClauseElement, Plan | None]]
+] = weakref.WeakKeyDictionary()
 
 
 def plan_for(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) -> Plan | None:
@@ -128,10 +130,11 @@ def plan_for(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
     dialect = engine.dialect
     plans = _PLANS.setdefault(dialect, {})
     cache_key = (id(statement), keys)
-    if cache_key in plans:
-        return plans[cache_key]
+    cached = plans.get(cache_key)
+    if cached is not None and cached[0] is statement:
+        return cached[1]
     plan = _compile(engine, statement, keys)
-    plans[cache_key] = plan
+    plans[cache_key] = (statement, plan)
     return plan
 
 
