@@ -361,3 +361,26 @@ async def test_the_plan_cache_never_hands_out_another_statements_plan(
     finally:
         plans.clear()
         plans.update(saved)
+
+
+async def test_an_unplanned_statement_is_built_once(
+    manager: SessionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement the direct path cannot run (no plan) goes to the Connection as built,
+    not built again."""
+    from opensquilla.session.db import uow as uow_module
+    from opensquilla.session.db.repos import fenced_append
+
+    await manager.create(KEY)
+    built: list[Any] = []
+    original = fenced_append.one_statement_append
+
+    def building(*args: Any, **kwargs: Any) -> Any:
+        built.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fenced_append, "one_statement_append", building)
+    monkeypatch.setattr(uow_module, "plan_for", lambda *args: None)
+    with paths(monkeypatch) as taken:
+        await manager.append_message(KEY, "user", "unplanned", token_count=2)
+    assert taken == ["connection"] and len(built) == 1

@@ -161,30 +161,29 @@ class UnitOfWork:
         execute, commit and close each cross): 0.15 ms of an append (README#performance).
         While no listener watches statements (checked at each call) the statement runs on
         the pool's DBAPI connection, without SQLAlchemy's ``Connection`` around it."""
+        stmt, params = fenced_append.one_statement_append(
+            self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
+        checked = functools.partial(
+            fenced_append.check_overflow,
+            entry=entry,
+            expected_epoch=expected_epoch,
+            token_delta=token_delta,
+        )
         if not statements_watched(self._single.sync_engine):
-            stmt, params = fenced_append.one_statement_append(
-                self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
-            )
             plan = plan_for(self._single.sync_engine, stmt, tuple(params))
             if plan is not None:
                 value = await self._run_direct(plan, params)
                 if value is None and token_delta:
-                    await self._run_statement(
-                        functools.partial(
-                            fenced_append.check_overflow,
-                            entry=entry,
-                            expected_epoch=expected_epoch,
-                            token_delta=token_delta,
-                        )
-                    )
+                    await self._run_statement(checked)
                 return int(value) if value is not None else None
         work = functools.partial(
-            fenced_append.append_and_touch,
+            fenced_append.run_one_statement,
+            statement=stmt,
+            params=params,
             entry=entry,
             expected_epoch=expected_epoch,
-            now=now,
             token_delta=token_delta,
-            one_statement=True,
         )
         return await self._run_statement(work)
 
