@@ -16,7 +16,7 @@ from opensquilla.session import SessionStorage
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.db.engine_options import EngineSettings, check_engine_options
 from opensquilla.session.errors import ConfigurationError
-from opensquilla.session.storage.lifecycle import StorageSettings
+from opensquilla.session.storage.lifecycle import ArchiveSettings, StorageSettings
 
 SECRET = "sk-never-shown-0123456789"
 
@@ -96,8 +96,9 @@ def test_engine_options_are_a_checked_model_per_backend() -> None:
 
 
 def test_storage_settings_are_checked_once_when_the_storage_is_built(tmp_path: Path) -> None:
-    settings = StorageSettings(sqlite_synchronous="normal", archive_store="database")  # type: ignore[arg-type]
-    assert (settings.sqlite_synchronous, settings.create, settings.archive_store) == (
+    settings = StorageSettings(sqlite_synchronous="normal")  # type: ignore[arg-type]
+    archives = ArchiveSettings(archive_store="database")
+    assert (settings.sqlite_synchronous, settings.create, archives.archive_store) == (
         "NORMAL",
         True,
         "database",
@@ -155,3 +156,10 @@ def test_the_api_key_is_in_no_dump_repr_or_error() -> None:
 def test_validate_is_kept_for_compatibility() -> None:
     """``config.validate()`` (the dataclass's) re-checks and returns ``None``."""
     assert CompactionConfig(default_parts=3).validate() is None
+
+
+def test_a_bad_target_is_named_before_a_bad_archive_store() -> None:
+    """As before the settings models: the target is parsed and checked first."""
+    with pytest.raises(ConfigurationError) as caught:
+        SessionStorage("mysql://x", archive_store="bogus")  # type: ignore[arg-type]
+    assert "archive_store" not in str(caught.value) and "mysql" in str(caught.value)
