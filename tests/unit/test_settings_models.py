@@ -24,7 +24,7 @@ SECRET = "sk-never-shown-0123456789"
 def test_compaction_config_is_a_frozen_checked_model() -> None:
     config = CompactionConfig(safety_margin=2, api_key=SECRET, model="m")
     assert isinstance(config, pydantic.BaseModel)
-    assert config.safety_margin == 2.0 and config.llm_enabled
+    assert config.safety_margin == 2 and config.llm_enabled
     for attempt in (
         lambda: setattr(config, "safety_margin", math.nan),
         lambda: setattr(config, "api_key", ""),
@@ -163,3 +163,11 @@ def test_a_bad_target_is_named_before_a_bad_archive_store() -> None:
     with pytest.raises(ConfigurationError) as caught:
         SessionStorage("mysql://x", archive_store="bogus")  # type: ignore[arg-type]
     assert "archive_store" not in str(caught.value) and "mysql" in str(caught.value)
+
+
+def test_a_given_int_is_kept() -> None:
+    """As the dataclass kept it: ``lease_seconds=30`` stays the int 30."""
+    config = CompactionConfig(lease_seconds=30, safety_margin=2, timeout_seconds=1.5)
+    assert type(config.lease_seconds) is int and config.lease_seconds == 30
+    assert type(config.safety_margin) is int
+    assert type(config.timeout_seconds) is float
