@@ -171,3 +171,15 @@ def test_a_given_int_is_kept() -> None:
     assert type(config.lease_seconds) is int and config.lease_seconds == 30
     assert type(config.safety_margin) is int
     assert type(config.timeout_seconds) is float
+
+
+def test_engine_settings_are_hashable_and_their_connect_args_read_only() -> None:
+    given = {"server_settings": {"application_name": "x"}, "command_timeout": 5}
+    settings = EngineSettings(connect_args=given, pool_size=3)
+    given["command_timeout"] = 99  # the caller's dict is not the settings'
+    assert settings.connect_args is not None and settings.connect_args["command_timeout"] == 5
+    with pytest.raises(TypeError):
+        settings.connect_args["command_timeout"] = 1  # type: ignore[index]
+    same_settings = EngineSettings(connect_args={**given, "command_timeout": 5}, pool_size=3)
+    assert settings == same_settings and hash(settings) == hash(same_settings)
+    assert len({settings, same_settings}) == 1
