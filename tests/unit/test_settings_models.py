@@ -183,3 +183,12 @@ def test_engine_settings_are_hashable_and_their_connect_args_read_only() -> None
     same_settings = EngineSettings(connect_args={**given, "command_timeout": 5}, pool_size=3)
     assert settings == same_settings and hash(settings) == hash(same_settings)
     assert len({settings, same_settings}) == 1
+
+
+def test_the_engine_options_are_declared_alike_everywhere() -> None:
+    """The ``EngineOptions`` TypedDict, ``EngineSettings``' fields and the checks name the
+    same options (a guard until they come from one declaration)."""
+    from opensquilla.session.db import engine_options
+
+    names = set(engine_options.EngineOptions.__annotations__)
+    assert names == set(EngineSettings.model_fields) == set(engine_options._CHECKS)
