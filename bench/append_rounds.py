@@ -55,6 +55,13 @@ async def _round(fn: Append, n: int, name: str | None = None) -> float:
     return _p50(samples)
 
 
+WATCHED = uow_module.statements_watched
+
+
+def _watched(engine: Any) -> bool:
+    return True
+
+
 def _ours(manager: SessionManager, key: str, *, direct: bool) -> Append:
     roles = ["user", "assistant"]
     count = 0
@@ -62,11 +69,15 @@ def _ours(manager: SessionManager, key: str, *, direct: bool) -> Append:
     async def one() -> None:
         nonlocal count
         count += 1
-        uow_module.FAST_APPEND = direct
+        if direct:
+            await manager.append_message(key, roles[count % 2], MESSAGE, token_count=50)
+            return
+        # The Connection path, as when a listener watches the statements.
+        uow_module.statements_watched = _watched
         try:
             await manager.append_message(key, roles[count % 2], MESSAGE, token_count=50)
         finally:
-            uow_module.FAST_APPEND = True
+            uow_module.statements_watched = WATCHED
 
     return one
 

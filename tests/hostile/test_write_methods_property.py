@@ -512,13 +512,24 @@ def _compact_option_cases() -> list[Case]:
 def _config_cases() -> list[Case]:
     cases: list[Case] = []
     for name in CompactionConfig.model_fields:
-
-        async def config(h: Harness, junk: Any, name: str = name) -> tuple[Any, Check]:
-            # Checked once, when built (the config is frozen): junk is refused there.
+        # The config is checked once, when built, and frozen: junk is refused by the
+        # constructor (or by model_copy/model_construct, checked alike), and a compaction is
+        # reached only with a config that was accepted.
+        async def config_built(h: Harness, junk: Any, name: str = name) -> tuple[Any, Check]:
             settings_ = CompactionConfig(**{name: junk})
             return await h.manager.compact_with_result(h.key, 1000, config=settings_), None
 
-        cases.append(config)
+        async def config_copied(h: Harness, junk: Any, name: str = name) -> tuple[Any, Check]:
+            settings_ = CompactionConfig().model_copy(update={name: junk})
+            return await h.manager.compact_with_result(h.key, 1000, config=settings_), None
+
+        async def config_constructed(h: Harness, junk: Any, name: str = name) -> tuple[Any, Check]:
+            settings_ = CompactionConfig.model_construct(**{name: junk})
+            return await h.manager.compact_with_result(h.key, 1000, config=settings_), None
+
+        for case in (config_built, config_copied, config_constructed):
+            case.__name__ = f"{case.__name__}_{name}"
+            cases.append(case)
     return cases
 
 

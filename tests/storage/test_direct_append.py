@@ -7,74 +7,35 @@ rows, the same errors, a connection never returned to the pool broken.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-import aiosqlite
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from opensquilla.session import SessionManager, SessionStorage, StaleEpochError
-from opensquilla.session.db import uow as uow_module
-from opensquilla.session.errors import (
-    DatabaseError,
-    DatabaseUnavailableError,
-    InvalidInputError,
-)
-from opensquilla.session.models import INT64_MAX, TranscriptEntry
+from opensquilla.session.errors import DatabaseError, InvalidInputError
+from opensquilla.session.models import INT64_MAX
 from tests.helpers import table_snapshot
+from tests.storage.direct_paths import (
+    KEY,
+    async_url,
+    entry,
+    force_path,
+    forced_connection_path,
+    listening,
+    paths,
+)
 
-KEY = "agent:main:direct"
-HANG_GUARD = 60.0
 STATEMENT_EVENTS = ["before_cursor_execute", "after_cursor_execute", "handle_error"]
-
-
-@contextlib.contextmanager
-def _paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The path each append took: "direct" or "connection"."""
-    taken: list[str] = []
-    direct, connection = uow_module.first_value, uow_module._run_on_connection
-
-    def on_dbapi(*args: Any, **kwargs: Any) -> Any:
-        taken.append("direct")
-        return direct(*args, **kwargs)
-
-    def on_connection(*args: Any, **kwargs: Any) -> Any:
-        taken.append("connection")
-        return connection(*args, **kwargs)
-
-    monkeypatch.setattr(uow_module, "first_value", on_dbapi)
-    monkeypatch.setattr(uow_module, "_run_on_connection", on_connection)
-    yield taken
-
-
-@contextlib.contextmanager
-def _listening(storage: SessionStorage, name: str, fn: Any) -> Iterator[None]:
-    event.listen(storage.engine.sync_engine, name, fn)
-    try:
-        yield
-    finally:
-        event.remove(storage.engine.sync_engine, name, fn)
-
-
-def _entry(node: Any, content: str, *, session_id: str | None = None) -> TranscriptEntry:
-    return TranscriptEntry(
-        session_id=session_id or node.session_id,
-        session_key=KEY,
-        role="user",
-        content=content,
-        created_at=node.created_at + 1,
-    )
 
 
 @pytest.fixture(params=[True, False], ids=["direct", "connection"])
 def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """Both paths: the direct one as it is, the Connection one forced."""
-    monkeypatch.setattr(uow_module, "FAST_APPEND", request.param)
+    force_path(monkeypatch, request.param)
     return bool(request.param)
 
 
@@ -82,7 +43,7 @@ async def test_without_listeners_the_append_runs_on_the_dbapi_connection(
     storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = await manager.create(KEY)
-    with _paths(monkeypatch) as taken:
+    with paths(monkeypatch) as taken:
         first = await manager.append_message(KEY, "user", "one", token_count=3)
         second = await manager.append_message(KEY, "assistant", "two")
     assert taken == ["direct", "direct"]
@@ -104,8 +65,8 @@ async def test_a_listener_attached_after_connect_sends_the_append_through_the_co
     await manager.create(KEY)
     await manager.append_message(KEY, "user", "warm")  # connected, statement compiled
     seen: list[Any] = []
-    with _paths(monkeypatch) as taken:
-        with _listening(storage, name, lambda *args: seen.append(args)):
+    with paths(monkeypatch) as taken:
+        with listening(storage, name, lambda *args: seen.append(args)):
             await manager.append_message(KEY, "user", "watched")
         await manager.append_message(KEY, "user", "unwatched again")
     assert taken == ["connection", "direct"]
@@ -122,25 +83,17 @@ async def test_a_listener_attached_after_connect_sends_the_append_through_the_co
 async def test_a_listener_on_an_application_engine_before_connect_is_honoured(
     database: str, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    engine = create_async_engine(_async_url(database))
+    engine = create_async_engine(async_url(database))
     event.listen(engine.sync_engine, name, lambda *args: None)
     try:
         async with SessionStorage(engine) as storage:
             manager = SessionManager(storage, inject_time_prefix=False)
             await manager.create(KEY)
-            with _paths(monkeypatch) as taken:
+            with paths(monkeypatch) as taken:
                 await manager.append_message(KEY, "user", "watched")
         assert taken == ["connection"]
     finally:
         await engine.dispose()
-
-
-def _async_url(database: str) -> str:
-    if database.startswith("postgresql://"):
-        return database.replace("postgresql://", "postgresql+asyncpg://", 1)
-    if "://" in database:
-        return database
-    return f"sqlite+aiosqlite:///{database}"
 
 
 async def test_statement_logging_sends_the_append_through_the_connection(
@@ -150,7 +103,7 @@ async def test_statement_logging_sends_the_append_through_the_connection(
     async with SessionStorage(database, echo=True) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
         await manager.create(KEY)
-        with _paths(monkeypatch) as taken:
+        with paths(monkeypatch) as taken:
             await manager.append_message(KEY, "user", "logged")
     assert taken == ["connection"]
 
@@ -166,15 +119,15 @@ async def test_a_failing_statement_reaches_handle_error_and_fails_alike(
             await conn.execute(text(statement))
     errors: list[Any] = []
     raised: dict[str, BaseException] = {}
-    with _paths(monkeypatch) as taken:
+    with paths(monkeypatch) as taken:
         for path in ("direct", "connection"):
             listener = contextlib.nullcontext()
             if path == "connection":
-                listener = _listening(storage, "handle_error", errors.append)  # type: ignore[assignment]
+                listener = listening(storage, "handle_error", errors.append)  # type: ignore[assignment]
             before = await table_snapshot(storage)
             with listener, pytest.raises(DatabaseError) as caught:
                 await storage.append_message_entry(
-                    _entry(node, "refused"), expected_epoch=0, now=node.updated_at + 1
+                    entry(node, "refused"), expected_epoch=0, now=node.updated_at + 1
                 )
             assert await table_snapshot(storage) == before
             raised[path] = caught.value
@@ -210,9 +163,10 @@ async def _outcome(call: Any) -> tuple[type[BaseException], str] | None:
 
 @pytest.mark.parametrize("case", ["stale epoch", "other generation", "missing session"])
 async def test_refusals_are_the_same_on_both_paths(
-    storage: SessionStorage, manager: SessionManager, case: str
+    storage: SessionStorage, manager: SessionManager, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     outcomes = []
+    taken = paths(monkeypatch).__enter__()  # patched for the rest of the test
     for fast in (True, False):
         key = f"{KEY}:{'direct' if fast else 'connection'}"
         node = await manager.create(key)
@@ -223,22 +177,24 @@ async def test_refusals_are_the_same_on_both_paths(
             session_id = (await manager.create(f"{key}:other")).session_id
         else:
             assert await manager.delete(key)
-        entry = _entry(node, "refused", session_id=session_id)
-        entry.session_key = key
+        refused = entry(node, "refused", session_id=session_id)
+        refused.session_key = key
         before = await table_snapshot(storage)
-        uow_module.FAST_APPEND = fast
-        try:
+        with contextlib.ExitStack() as stack:
+            if not fast:
+                stack.enter_context(forced_connection_path())
             outcome = await _outcome(
                 storage.append_message_entry(
-                    entry, expected_epoch=epoch, now=node.updated_at + 1, token_delta=2
+                    refused, expected_epoch=epoch, now=node.updated_at + 1, token_delta=2
                 )
             )
-        finally:
-            uow_module.FAST_APPEND = True
         assert await table_snapshot(storage) == before
         assert outcome is not None
         message = outcome[1].replace(key, "KEY").replace(session_id, "SID")
         outcomes.append((outcome[0], message.replace(node.session_id, "NODE")))
+    # A silent fallback would compare one path with itself. The direct path's refusal with
+    # a token delta then tells a stale fence from an overflow through a Connection.
+    assert taken == ["direct", "connection", "connection"]
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] is StaleEpochError
     assert (
@@ -252,181 +208,103 @@ async def test_refusals_are_the_same_on_both_paths(
 
 
 async def test_an_overflowing_delta_is_refused_alike_on_both_paths(
-    storage: SessionStorage, manager: SessionManager, fast: bool
+    storage: SessionStorage, manager: SessionManager, fast: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = await manager.create(KEY)
-    await storage.append_message_entry(
-        _entry(node, "big"), expected_epoch=0, now=node.updated_at, token_delta=INT64_MAX - 5
-    )
-    before = await table_snapshot(storage)
-    with pytest.raises(InvalidInputError, match=r"would take total_tokens of .* past"):
+    with paths(monkeypatch) as taken:
         await storage.append_message_entry(
-            _entry(node, "too big"), expected_epoch=0, now=node.updated_at + 1, token_delta=6
+            entry(node, "big"), expected_epoch=0, now=node.updated_at, token_delta=INT64_MAX - 5
         )
+        before = await table_snapshot(storage)
+        with pytest.raises(InvalidInputError, match=r"would take total_tokens of .* past"):
+            await storage.append_message_entry(
+                entry(node, "too big"), expected_epoch=0, now=node.updated_at + 1, token_delta=6
+            )
     assert await table_snapshot(storage) == before
+    path = "direct" if fast else "connection"
+    # the refused append's overflow check runs through a Connection on either path
+    assert taken == [path, path, "connection"] if fast else [path, path]
 
 
-async def test_a_refused_checkout_is_database_unavailable_on_both_paths(
-    storage: SessionStorage, manager: SessionManager, fast: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("name", ["begin", "engine_connect", "rollback", "commit"])
+async def test_a_listener_on_a_connection_event_sends_the_append_through_the_connection(
+    storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
+    """The Connection path fires ``begin`` (an autobegin, even in autocommit),
+    ``engine_connect`` and ``rollback``/``commit``: a listener on one of them is honoured;
+    the store's own (SQLite's BEGIN recipe, the autocommit view's isolation level) are not
+    counted."""
     await manager.create(KEY)
-    await manager.append_message(KEY, "user", "before")
-    refusing = True
-
-    def refuse(*args: Any) -> None:
-        if refusing:
-            raise ConnectionRefusedError("the test refuses every new connection")
-
-    # do_connect is a pool-side event: it sees no statement, the append keeps its path.
-    with _paths(monkeypatch) as taken, _listening(storage, "do_connect", refuse):
-        await storage.engine.dispose()
-        with pytest.raises(
-            DatabaseUnavailableError,
-            match="cannot connect to the database: the test refuses every new connection",
-        ):
-            await manager.append_message(KEY, "user", "refused")
-        refusing = False
-        await manager.append_message(KEY, "user", "after")
-    assert taken == ["direct" if fast else "connection"] * 2
-    assert [e.content for e in await manager.get_transcript(KEY)] == ["before", "after"]
+    await manager.append_message(KEY, "user", "warm")
+    seen: list[Any] = []
+    with paths(monkeypatch) as taken:
+        with listening(storage, name, lambda *args: seen.append(args)):
+            await manager.append_message(KEY, "user", "watched")
+        await manager.append_message(KEY, "user", "unwatched again")
+    assert taken == ["connection", "direct"]
+    if name in ("begin", "engine_connect"):
+        assert seen
+    assert len(await manager.get_transcript(KEY)) == 3
 
 
-@pytest.mark.postgres_only
-async def test_a_connection_lost_in_the_statement_is_never_returned_to_the_pool(
-    storage: SessionStorage, manager: SessionManager, fast: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("name", ["before_cursor_execute", "begin"])
+async def test_a_class_level_engine_listener_is_honoured(
+    storage: SessionStorage, manager: SessionManager, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    """The server connection dies while the append's statement is sent: the append raises
-    ``DatabaseUnavailableError``, the connection is invalidated (not handed out again),
-    and the next append runs on a new one."""
+    """``event.listen(Engine, ...)`` watches every engine's statements, the store's too."""
     await manager.create(KEY)
-    await manager.append_message(KEY, "user", "before")
-    dialect: Any = storage.engine.sync_engine.dialect
-    original = dialect.do_execute
-    kill = True
+    seen: list[Any] = []
 
-    def dying(cursor: Any, statement: str, parameters: Any, context: Any = None) -> Any:
-        nonlocal kill
-        if kill and "transcript_entries" in statement:
-            kill = False
-            cursor._adapt_connection._connection.terminate()
-        return original(cursor, statement, parameters, context)
+    def listener(*args: Any) -> None:
+        seen.append(args)
 
-    monkeypatch.setattr(dialect, "do_execute", dying)
-    invalidated: list[Any] = []
-    # A pool event, which the direct path keeps: it sees the connection let go of.
-    with (
-        _paths(monkeypatch) as taken,
-        _listening(storage, "invalidate", lambda *args: invalidated.append(args)),
-    ):
-        with pytest.raises(DatabaseUnavailableError) as caught:
-            await manager.append_message(KEY, "user", "lost")
-        assert len(invalidated) == 1
-        cause: Any = caught.value.__cause__
-        assert cause.connection_invalidated  # and the pool's older connections recycled
-        await manager.append_message(KEY, "user", "after")
-    assert taken == ["direct" if fast else "connection"] * 2
-    contents = [e.content for e in await manager.get_transcript(KEY)]
-    assert contents == ["before", "after"]
+    with paths(monkeypatch) as taken:
+        event.listen(Engine, name, listener)
+        try:
+            await manager.append_message(KEY, "user", "watched")
+        finally:
+            event.remove(Engine, name, listener)
+        await manager.append_message(KEY, "user", "unwatched")
+    assert taken == ["connection", "direct"]
+    assert seen
 
 
-@pytest.mark.sqlite_only
-async def test_a_cancelled_append_on_a_memory_store_loses_nothing(
-    fast: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Cancelled while its statement waits for the driver's thread: the append runs to its
-    end first (a one-statement append, once it holds its connection, is never interrupted:
-    docs/semantics.md#cancellation), then the cancellation propagates; the connection
-    (``:memory:`` keeps its one) goes back clean and the store keeps working."""
-    release = threading.Event()
-    reached = asyncio.Event()
-    original = aiosqlite.Connection._execute
-    loop = asyncio.get_running_loop()
-
-    async def held(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(fn, "__name__", "") == "_run_one" and "transcript_appends" in str(args[1]):
-
-            def blocked(*inner: Any, **inner_kw: Any) -> Any:
-                loop.call_soon_threadsafe(reached.set)
-                assert release.wait(HANG_GUARD)
-                return fn(*inner, **inner_kw)
-
-            return await original(self, blocked, *args, **kwargs)
-        return await original(self, fn, *args, **kwargs)
-
-    async with SessionStorage(":memory:") as storage:
-        manager = SessionManager(storage, inject_time_prefix=False)
-        await manager.create(KEY)
-        await manager.append_message(KEY, "user", "before")
-        dbapi: Any = storage.engine.sync_engine.dialect.loaded_dbapi
-        assert not dbapi.reconnected
-        monkeypatch.setattr(aiosqlite.Connection, "_execute", held)
-        with _paths(monkeypatch) as taken:
-            task = asyncio.create_task(manager.append_message(KEY, "user", "cancelled"))
-            await asyncio.wait_for(reached.wait(), HANG_GUARD)
-            task.cancel()
-            for _ in range(20):  # the cancellation waits for the statement
-                await asyncio.sleep(0)
-            assert not task.done()
-            release.set()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            await manager.append_message(KEY, "user", "after")
-        assert taken == ["direct" if fast else "connection"] * 2
-        assert not dbapi.reconnected  # the connection came back clean and was kept
-        contents = [e.content for e in await manager.get_transcript(KEY)]
-        assert contents == ["before", "cancelled", "after"]  # the statement had started
-
-
-@pytest.mark.postgres_only
-async def test_a_cancelled_append_on_postgres_returns_no_busy_connection(
-    database: str,
+@pytest.mark.parametrize("token_delta", [0, 7])
+async def test_the_direct_path_sends_what_the_connection_path_sends(
     storage: SessionStorage,
     manager: SessionManager,
-    fast: bool,
     monkeypatch: pytest.MonkeyPatch,
+    token_delta: int,
 ) -> None:
-    """Cancelled while its statement waits on a row lock another connection holds: the
-    append runs to its end once the lock is gone, then the cancellation propagates; no
-    connection is handed out again mid-statement, and every pooled one stays usable."""
-    await manager.create(KEY)
-    await manager.append_message(KEY, "user", "before")
-    async with storage.engine.connect() as holder:
-        lock = await holder.begin()
-        await holder.execute(
-            text("SELECT 1 FROM sessions WHERE session_key = :k FOR UPDATE"), {"k": KEY}
-        )
-        invalidated: list[Any] = []
-        with (
-            _paths(monkeypatch) as taken,
-            _listening(storage, "invalidate", lambda *args: invalidated.append(args)),
-        ):
-            task = asyncio.create_task(manager.append_message(KEY, "user", "cancelled"))
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + HANG_GUARD
-            async with storage.engine.connect() as observer:
-                # Autocommit: each look at pg_stat_activity is a new snapshot of it.
-                await observer.execution_options(isolation_level="AUTOCOMMIT")
-                while not (
-                    await observer.execute(
-                        text(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                            "'Lock' AND query LIKE '%transcript_entries%'"
-                        )
-                    )
-                ).scalar_one():
-                    assert not task.done(), task
-                    assert loop.time() < deadline, "the append never waited on the lock"
-                    await asyncio.sleep(0.005)
-            task.cancel()
-            for _ in range(20):  # the cancellation waits for the statement
-                await asyncio.sleep(0)
-            assert not task.done()
-            await lock.rollback()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert invalidated == []  # it finished: nothing interrupted, nothing to discard
-        for n in range(3):  # every pooled connection is usable
-            await manager.append_message(KEY, "user", f"after {n}")
-    assert taken[0] == ("direct" if fast else "connection")
-    contents = [e.content for e in await manager.get_transcript(KEY)]
-    assert contents == ["before", "cancelled", "after 0", "after 1", "after 2"]
+    """The SQL and the parameters the direct path hands the driver equal what a
+    ``before_cursor_execute`` listener sees on the Connection path for the same append
+    (catches a drift in SQLAlchemy's compilation or binding)."""
+    node = await manager.create(KEY)
+    await manager.append_message(KEY, "user", "warm")  # what is looked up once, looked up
+    dialect: Any = storage.engine.sync_engine.dialect
+    original = dialect.do_execute
+    sent: dict[str, tuple[str, tuple[Any, ...]]] = {}
+
+    def recording(cursor: Any, statement: str, parameters: Any, context: Any = None) -> Any:
+        if "INSERT" in statement:
+            sent.setdefault("direct", (statement, tuple(parameters)))
+        return original(cursor, statement, parameters, context)
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "INSERT" in statement:
+            sent.setdefault("connection", (statement, tuple(parameters)))
+
+    append = entry(node, "the same")
+    with paths(monkeypatch) as taken:
+        with monkeypatch.context() as patch:
+            patch.setattr(dialect, "do_execute", recording)
+            await storage.append_message_entry(
+                append, expected_epoch=0, now=node.updated_at + 1, token_delta=token_delta
+            )
+        with listening(storage, "before_cursor_execute", seen):
+            await storage.append_message_entry(
+                append, expected_epoch=0, now=node.updated_at + 1, token_delta=token_delta
+            )
+    assert taken == ["direct", "connection"]
+    assert sent["direct"] == sent["connection"]
+    assert "transcript_" in sent["direct"][0] and "the same" in sent["direct"][1]

@@ -16,7 +16,7 @@ from opensquilla.session import SessionStorage
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.db.engine_options import EngineSettings, check_engine_options
 from opensquilla.session.errors import ConfigurationError
-from opensquilla.session.storage.lifecycle import StorageSettings
+from opensquilla.session.storage.lifecycle import ArchiveSettings, StorageSettings
 
 SECRET = "sk-never-shown-0123456789"
 
@@ -24,7 +24,7 @@ SECRET = "sk-never-shown-0123456789"
 def test_compaction_config_is_a_frozen_checked_model() -> None:
     config = CompactionConfig(safety_margin=2, api_key=SECRET, model="m")
     assert isinstance(config, pydantic.BaseModel)
-    assert config.safety_margin == 2.0 and config.llm_enabled
+    assert config.safety_margin == 2 and config.llm_enabled
     for attempt in (
         lambda: setattr(config, "safety_margin", math.nan),
         lambda: setattr(config, "api_key", ""),
@@ -96,8 +96,9 @@ def test_engine_options_are_a_checked_model_per_backend() -> None:
 
 
 def test_storage_settings_are_checked_once_when_the_storage_is_built(tmp_path: Path) -> None:
-    settings = StorageSettings(sqlite_synchronous="normal", archive_store="database")  # type: ignore[arg-type]
-    assert (settings.sqlite_synchronous, settings.create, settings.archive_store) == (
+    settings = StorageSettings(sqlite_synchronous="normal")  # type: ignore[arg-type]
+    archives = ArchiveSettings(archive_store="database")
+    assert (settings.sqlite_synchronous, settings.create, archives.archive_store) == (
         "NORMAL",
         True,
         "database",
@@ -107,3 +108,87 @@ def test_storage_settings_are_checked_once_when_the_storage_is_built(tmp_path: P
     with pytest.raises(ConfigurationError, match="sqlite_synchronous must be one of"):
         SessionStorage(tmp_path / "never.db", sqlite_synchronous="SOMETIMES")  # type: ignore[arg-type]
     assert not (tmp_path / "never.db").exists()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda c: c.model_copy(update={"base_chunk_ratio": -5.0}),
+        lambda c: c.model_copy(update={"default_parts": "two"}),
+        lambda c: CompactionConfig.model_construct(base_chunk_ratio="x"),
+        lambda c: CompactionConfig.model_construct(lease_seconds=-1),
+    ],
+    ids=["model_copy ratio", "model_copy parts", "model_construct ratio", "model_construct lease"],
+)
+def test_no_way_around_the_check(build: Any) -> None:
+    """``model_copy(update=...)`` and ``model_construct(...)`` are checked as a new
+    config is (``ConfigurationError``), never built unchecked."""
+    with pytest.raises(ConfigurationError):
+        build(CompactionConfig())
+
+
+def test_model_copy_and_construct_still_build_good_configs() -> None:
+    config = CompactionConfig(base_chunk_ratio=0.5)
+    assert config.model_copy() == config
+    assert config.model_copy(update={"default_parts": 3}) == config.replace(default_parts=3)
+    assert CompactionConfig.model_construct(default_parts=3) == CompactionConfig(default_parts=3)
+
+
+def test_the_api_key_is_in_no_dump_repr_or_error() -> None:
+    config = CompactionConfig(api_key=SECRET, model="m")
+    shown = [
+        repr(config),
+        str(config),
+        str(config.model_dump()),
+        config.model_dump_json(),
+        str(config.model_dump(mode="json")),
+    ]
+    for text in shown:
+        assert SECRET not in text
+    assert "api_key" not in config.model_dump()
+    assert str(config).startswith("CompactionConfig(") and "api_key='***'" in str(config)
+    with pytest.raises(ConfigurationError) as caught:
+        CompactionConfig(api_key=SECRET, base_chunk_ratio="x")
+    assert SECRET not in str(caught.value) and SECRET not in repr(caught.value)
+    assert config.api_key == SECRET  # still there for the summariser
+
+
+def test_validate_is_kept_for_compatibility() -> None:
+    """``config.validate()`` (the dataclass's) re-checks and returns ``None``."""
+    assert CompactionConfig(default_parts=3).validate() is None
+
+
+def test_a_bad_target_is_named_before_a_bad_archive_store() -> None:
+    """As before the settings models: the target is parsed and checked first."""
+    with pytest.raises(ConfigurationError) as caught:
+        SessionStorage("mysql://x", archive_store="bogus")  # type: ignore[arg-type]
+    assert "archive_store" not in str(caught.value) and "mysql" in str(caught.value)
+
+
+def test_a_given_int_is_kept() -> None:
+    """As the dataclass kept it: ``lease_seconds=30`` stays the int 30."""
+    config = CompactionConfig(lease_seconds=30, safety_margin=2, timeout_seconds=1.5)
+    assert type(config.lease_seconds) is int and config.lease_seconds == 30
+    assert type(config.safety_margin) is int
+    assert type(config.timeout_seconds) is float
+
+
+def test_engine_settings_are_hashable_and_their_connect_args_read_only() -> None:
+    given = {"server_settings": {"application_name": "x"}, "command_timeout": 5}
+    settings = EngineSettings(connect_args=given, pool_size=3)
+    given["command_timeout"] = 99  # the caller's dict is not the settings'
+    assert settings.connect_args is not None and settings.connect_args["command_timeout"] == 5
+    with pytest.raises(TypeError):
+        settings.connect_args["command_timeout"] = 1  # type: ignore[index]
+    same_settings = EngineSettings(connect_args={**given, "command_timeout": 5}, pool_size=3)
+    assert settings == same_settings and hash(settings) == hash(same_settings)
+    assert len({settings, same_settings}) == 1
+
+
+def test_the_engine_options_are_declared_alike_everywhere() -> None:
+    """The ``EngineOptions`` TypedDict, ``EngineSettings``' fields and the checks name the
+    same options (a guard until they come from one declaration)."""
+    from opensquilla.session.db import engine_options
+
+    names = set(engine_options.EngineOptions.__annotations__)
+    assert names == set(EngineSettings.model_fields) == set(engine_options._CHECKS)

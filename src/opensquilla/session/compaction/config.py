@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, Literal, get_args
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from ..errors import ConfigurationError
 from ..support.settings import Settings
@@ -28,15 +28,17 @@ class CompactionConfig(Settings):
     checked copy.
     """
 
-    base_chunk_ratio: float = 0.4
-    min_chunk_ratio: float = 0.15
-    safety_margin: float = 1.2
+    # ``float | int``: a given int is kept as given (as the dataclass did), not made a float.
+    base_chunk_ratio: float | int = 0.4
+    min_chunk_ratio: float | int = 0.15
+    safety_margin: float | int = 1.2
     default_parts: int = 2
     identifier_policy: IdentifierPolicy | str = "strict"
     model: str | None = None
-    api_key: str = ""
+    # Never in a dump (model_dump, model_dump_json) nor shown by repr()/str() ("***").
+    api_key: str = Field(default="", exclude=True)
     base_url: str = "https://openrouter.ai/api/v1"
-    timeout_seconds: float = 90.0
+    timeout_seconds: float | int = 90.0
     coverage_blocking: bool = False
     # Upstream's strict-coverage backfill (docs/semantics.md#verified-backfill): the summary
     # is the structured payload rendered as sections, and under coverage_blocking only a
@@ -46,11 +48,11 @@ class CompactionConfig(Settings):
     protected_recent_messages: int = 0
     # The bound of one whole compaction (read, summarise, commit), in seconds; past it the
     # call raises CompactionTimeoutError and writes nothing (docs/semantics.md#single-flight).
-    total_timeout_seconds: float = 120.0
+    total_timeout_seconds: float | int = 120.0
     # Workers in other processes compacting the same session wait for the one holding the
     # session's lease in the database; a holder that stops renewing it (a crash) loses it
     # this many seconds after its last renewal. 0: no lease, processes do not coordinate.
-    lease_seconds: float = 30.0
+    lease_seconds: float | int = 30.0
     # Where the cut may fall (docs/semantics.md#api-rounds): "entries", the contract's
     # per-entry cut (the default), or "api_rounds", upstream's whole API rounds.
     cut_policy: CutPolicy | str = "entries"

@@ -16,31 +16,32 @@ engine by SQLAlchemy's own compiler, its values bound by the same type processor
 executed on a cursor, and everything that goes wrong ends as it would on the ``Connection``
 path: a driver error wrapped by ``DBAPIError.instance`` (so ``db/errors.py`` translates it
 alike), the pool invalidated on a disconnect and the connection never returned broken, the
-connection invalidated when a cancellation (or any other exit exception) interrupts the
-statement, anything else the caller raised passed through unchanged.
+connection invalidated when a cancellation, a timeout or any other exit exception
+(SQLAlchemy's ``util.is_exit_exception``) interrupts the statement, anything else the
+caller raised passed through unchanged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.sqltypes import TupleType
+from sqlalchemy.util.concurrency import is_exit_exception
 
 from ..errors import DatabaseUnavailableError
 
 # Engine events that see a statement or its commit. The Connection path fires them; here
-# none would, so any listener sends the statement there. Not among them: "begin" (the
-# store's own SQLite setup listens to it; an autocommit statement begins nothing) and
-# "engine_connect" (SQLAlchemy itself listens to it on an engine view with an isolation
-# level, to set it on each Connection: done here too, see ``_isolation``).
+# none would, so any listener sends the statement there.
 CONNECTION_EVENTS = (
     "before_cursor_execute",
     "after_cursor_execute",
@@ -48,6 +49,13 @@ CONNECTION_EVENTS = (
     "after_execute",
     "commit",
 )
+# Connection events the store itself listens to: "begin" (the SQLite BEGIN recipe; an
+# autocommit statement begins nothing) and "engine_connect" (SQLAlchemy's own listener on an
+# engine view with an isolation level, to set it on each Connection: done here too, see
+# ``_isolation``); and "rollback". Those listeners (:func:`own_listeners`) do not count; any
+# other one sends the statement through the Connection, which fires these events.
+QUIET_EVENTS = ("begin", "engine_connect", "rollback")
+_OWN_LISTENERS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
 DIALECT_EVENTS = ("handle_error", "do_execute")  # ``event.listen(engine, ...)`` puts them here
 
 # The drivers whose DBAPI adapters this module knows (what their execution contexts do
@@ -57,7 +65,8 @@ DRIVERS = frozenset({"aiosqlite", "asyncpg"})
 
 def statements_watched(engine: Engine) -> bool:
     """Whether something watches ``engine``'s statements: a listener on one of the
-    statement events (on the engine, its parent engine, or the ``Engine`` class), or
+    statement events (on the engine, its parent engine, or the ``Engine`` class), one
+    other than the store's own on ``begin``, ``engine_connect`` or ``rollback``, or
     statement logging (``echo``, or the ``sqlalchemy.engine`` logger at INFO)."""
     dispatch = engine.dispatch
     for name in CONNECTION_EVENTS:
@@ -67,7 +76,25 @@ def statements_watched(engine: Engine) -> bool:
     for name in DIALECT_EVENTS:
         if getattr(dialect_dispatch, name):
             return True
-    return engine._should_log_info()
+    own = _OWN_LISTENERS
+    for name in QUIET_EVENTS:
+        for fn in getattr(dispatch, name):
+            if fn not in own:
+                return True
+    return engine.logger.isEnabledFor(logging.INFO)  # what Engine._should_log_info() checks
+
+
+def own_listeners(*listeners: Callable[..., Any]) -> None:
+    """Mark ``listeners`` (on a :data:`QUIET_EVENTS` event) as the store's own: they
+    leave the statement on the direct path."""
+    _OWN_LISTENERS.update(listeners)
+
+
+def view_listeners(view: Engine, base: Engine) -> list[Callable[..., Any]]:
+    """The ``engine_connect`` listeners SQLAlchemy put on the engine view ``view`` of
+    ``base`` (``execution_options(isolation_level=...)``), not ``base``'s."""
+    inherited = set(base.dispatch.engine_connect)
+    return [fn for fn in view.dispatch.engine_connect if fn not in inherited]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +116,11 @@ class Plan:
         )
 
 
-_PLANS: weakref.WeakKeyDictionary[Dialect, dict[tuple[int, tuple[str, ...]], Plan | None]] = (
-    weakref.WeakKeyDictionary()
-)
+# Per dialect: (id of the statement, its parameter names) -> (the statement, its plan). The
+# statement is kept and checked with ``is``: an id is reused once its object is gone.
+_PLANS: weakref.WeakKeyDictionary[
+    Dialect, dict[tuple[int, tuple[str, ...]], tuple[ClauseElement, Plan | None]]
+] = weakref.WeakKeyDictionary()
 
 
 def plan_for(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) -> Plan | None:
@@ -101,10 +130,11 @@ def plan_for(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
     dialect = engine.dialect
     plans = _PLANS.setdefault(dialect, {})
     cache_key = (id(statement), keys)
-    if cache_key in plans:
-        return plans[cache_key]
+    cached = plans.get(cache_key)
+    if cached is not None and cached[0] is statement:
+        return cached[1]
     plan = _compile(engine, statement, keys)
-    plans[cache_key] = plan
+    plans[cache_key] = (statement, plan)
     return plan
 
 
@@ -129,13 +159,27 @@ def _compile(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
         or compiled.post_compile_params
     ):
         return None
-    # SQLAlchemy's own processors for these binds (what _init_compiled applies); a tuple
-    # type's sequence of processors is not for here.
+    if compiled.escaped_bind_names or (
+        dialect.driver == "asyncpg"
+        and not (
+            hasattr(dialect, "_invalidate_schema_cache_asof")
+            and hasattr(dialect, "_invalidate_schema_cache")
+        )
+    ):
+        # Renamed binds, or an asyncpg dialect without the statement-cache hooks this
+        # module sets (``_before_execute``) and calls (``_raise_driver_error``): the
+        # Connection path, rather than an append failing.
+        return None
+    # The binds' own processors, as their types give them to the dialect (what the
+    # execution context applies); a tuple type's sequence of processors is not for here.
     processors: dict[str, Callable[[Any], Any]] = {}
-    for name, processor in compiled._bind_processors.items():
-        if not callable(processor):
+    for name in set(compiled.positiontup):
+        bind = compiled.binds[name]
+        if isinstance(bind.type, TupleType):
             return None
-        processors[name] = processor
+        processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if processor is not None:
+            processors[name] = processor
     return Plan(
         sql=compiled.string,
         compiled=compiled,
@@ -181,19 +225,24 @@ def first_value(
                     hide_parameters=engine.hide_parameters,
                     dialect=dialect,
                 ) from exc
-            cursor = fairy.cursor()
+            cursor = None
             try:
+                # Opening the cursor too, as the execution context does inside the
+                # Connection's error handling.
+                cursor = fairy.cursor()
                 _before_execute(dialect, cursor)
                 dialect.do_execute(cursor, plan.sql, values, None)
                 row = cursor.fetchone()
             except dbapi_error as exc:
                 _raise_driver_error(engine, fairy, cursor, exc, plan.sql, values)
             finally:
-                cursor.close()
+                if cursor is not None:
+                    cursor.close()
     except BaseException as exc:
-        if not isinstance(exc, Exception) and fairy.is_valid:
-            # A cancellation (or KeyboardInterrupt) with the statement in flight: the
-            # connection's state is unknown; SQLAlchemy's Connection invalidates it too.
+        if is_exit_exception(exc) and fairy.is_valid:
+            # A cancellation, a timeout (asyncpg's ``command_timeout``) or a
+            # KeyboardInterrupt with the statement in flight: the connection's state is
+            # unknown. SQLAlchemy's Connection invalidates it on the same rule.
             fairy.invalidate(exc)
         raise
     finally:
@@ -209,9 +258,14 @@ def _isolation(dialect: Dialect, fairy: PoolProxiedConnection, level: str | None
     dialect.set_isolation_level(fairy.dbapi_connection, level)  # type: ignore[arg-type]
     try:
         yield
-    finally:
-        if fairy.is_valid:
+    except BaseException as exc:
+        # An exit exception leaves the connection to be invalidated (``first_value``):
+        # nothing more is done on it.
+        if not is_exit_exception(exc) and fairy.is_valid:
             dialect.reset_isolation_level(fairy.dbapi_connection)  # type: ignore[arg-type]
+        raise
+    if fairy.is_valid:
+        dialect.reset_isolation_level(fairy.dbapi_connection)  # type: ignore[arg-type]
 
 
 def _before_execute(dialect: Dialect, cursor: Any) -> None:
@@ -228,7 +282,7 @@ def _raise_driver_error(
     exc: Exception,
     statement: str,
     values: Sequence[Any],
-) -> Any:
+) -> NoReturn:
     """As ``Connection._handle_dbapi_exception``: wrapped, and on a disconnect the pool
     and the connection invalidated."""
     dialect = engine.dialect
@@ -248,9 +302,7 @@ def _raise_driver_error(
         dialect=dialect,
     )
     if disconnect:
-        engine.pool._invalidate(fairy, exc)
-        if fairy.is_valid:
-            fairy.invalidate(exc)
+        engine.pool._invalidate(fairy, exc)  # the pool's older connections, and this one
     raise wrapped from exc
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.util.concurrency import await_
 
 from ..config import SqliteSynchronous
 from ..errors import ConfigurationError
+from .direct_statement import own_listeners
 from .dsn import StorageTarget, engine_target
 from .engine_options import postgres_connection
 from .pg_schema import connection_settings
@@ -402,3 +403,5 @@ def _install_sqlite_setup(
             defer(f"BEGIN {mode}")  # the lean adapter sends it with the first statement
         else:
             conn.exec_driver_sql(f"BEGIN {mode}")
+
+    own_listeners(_on_begin)  # the append's direct path is not watched by it

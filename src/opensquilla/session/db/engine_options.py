@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, TypedDict
 
 from pydantic import ValidationInfo, field_validator, model_validator
@@ -110,10 +111,10 @@ def _bool(name: str, value: object) -> bool:
     return value
 
 
-def _mapping(name: str, value: object) -> dict[str, Any]:
+def _mapping(name: str, value: object) -> MappingProxyType[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ConfigurationError(f"{name} must be a mapping of names to values")
-    return dict(value)
+    return MappingProxyType(dict(value))  # a read-only copy: the settings are frozen
 
 
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
@@ -159,7 +160,7 @@ class EngineSettings(Settings):
     pool_use_lifo: bool | None = None
     echo: bool | None = None
     echo_pool: bool | None = None
-    connect_args: dict[str, Any] | None = None
+    connect_args: MappingProxyType[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -179,6 +180,16 @@ class EngineSettings(Settings):
     def _option(cls, value: object, info: ValidationInfo) -> object:
         assert info.field_name is not None
         return _CHECKS[info.field_name](info.field_name, value)
+
+    def __hash__(self) -> int:
+        # connect_args' values need not be hashable: its names stand for it (equal
+        # settings still hash alike).
+        return hash(
+            tuple(
+                tuple(sorted(value)) if name == "connect_args" and value is not None else value
+                for name, value in self.__dict__.items()
+            )
+        )
 
     def for_target(self, *, backend: str, memory: bool) -> EngineSettings:
         """These options where the store runs: SQLite refuses what its connections or

@@ -47,9 +47,11 @@ from ..models import TranscriptEntry
 from .direct_statement import (
     Plan,
     first_value,
+    own_listeners,
     plan_for,
     refused_connection,
     statements_watched,
+    view_listeners,
 )
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
@@ -66,10 +68,6 @@ from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
 
 T = TypeVar("T")
-
-# The append on the pool's DBAPI connection while no listener watches statements
-# (``db/direct_statement.py``); tests and the benchmark turn it off to compare.
-FAST_APPEND = True
 
 
 class Transaction:
@@ -124,6 +122,7 @@ class UnitOfWork:
             self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
             self._reader = self._single
             self._snapshot = engine.execution_options(isolation_level="REPEATABLE READ")
+        own_listeners(*view_listeners(self._single.sync_engine, engine.sync_engine))
         # What the autocommit view sets on a connection for its statement (the direct path
         # sets and resets it the same way).
         self._isolation_level: str | None = self._single.get_execution_options().get(
@@ -169,30 +168,29 @@ class UnitOfWork:
         execute, commit and close each cross): 0.15 ms of an append (README#performance).
         While no listener watches statements (checked at each call) the statement runs on
         the pool's DBAPI connection, without SQLAlchemy's ``Connection`` around it."""
-        if FAST_APPEND and not statements_watched(self._single.sync_engine):
-            stmt, params = fenced_append.one_statement_append(
-                self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
-            )
+        stmt, params = fenced_append.one_statement_append(
+            self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
+        checked = functools.partial(
+            fenced_append.check_overflow,
+            entry=entry,
+            expected_epoch=expected_epoch,
+            token_delta=token_delta,
+        )
+        if not statements_watched(self._single.sync_engine):
             plan = plan_for(self._single.sync_engine, stmt, tuple(params))
             if plan is not None:
                 value = await self._run_direct(plan, params)
                 if value is None and token_delta:
-                    await self._run_statement(
-                        functools.partial(
-                            fenced_append.check_overflow,
-                            entry=entry,
-                            expected_epoch=expected_epoch,
-                            token_delta=token_delta,
-                        )
-                    )
+                    await self._run_statement(checked)
                 return int(value) if value is not None else None
         work = functools.partial(
-            fenced_append.append_and_touch,
+            fenced_append.run_one_statement,
+            statement=stmt,
+            params=params,
             entry=entry,
             expected_epoch=expected_epoch,
-            now=now,
             token_delta=token_delta,
-            one_statement=True,
         )
         return await self._run_statement(work)
 

@@ -58,16 +58,12 @@ class StorageNotConnectedError(SessionStoreError, RuntimeError):
 
 
 class StorageSettings(Settings):
-    """The storage's own settings (beside the engine's, ``db/engine_options.py``), checked
-    once, when the storage is built. ``archive_store`` unset is
-    ``$OPENSQUILLA_SESSION_ARCHIVE_STORE``, else ``files``, read then."""
+    """The storage's own settings for its database (beside the engine's,
+    ``db/engine_options.py``), checked once, when the storage is built, before its target."""
 
     # Unset: $OPENSQUILLA_SQLITE_SYNCHRONOUS, else FULL, read when the storage is built.
     sqlite_synchronous: SqliteSynchronous = Field(default=None, validate_default=True)
     create: bool = True
-    # Unset: read when the storage is built (the validator runs for the default too).
-    archive_store: ArchiveStore | None = Field(default=None, validate_default=True)
-    archive_dir: str | os.PathLike[str] | None = None
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -80,6 +76,16 @@ class StorageSettings(Settings):
         if not isinstance(value, bool):
             raise ConfigurationError(f"create must be True or False, not {type(value).__name__}")
         return value
+
+
+class ArchiveSettings(Settings):
+    """Where the storage's reset archives go, checked once, when the storage is built,
+    after its target (a bad target is named first). ``archive_store`` unset is
+    ``$OPENSQUILLA_SESSION_ARCHIVE_STORE``, else ``files``, read then."""
+
+    # Unset: read when the storage is built (the validator runs for the default too).
+    archive_store: ArchiveStore | None = Field(default=None, validate_default=True)
+    archive_dir: str | os.PathLike[str] | None = None
 
     @field_validator("archive_store", mode="before")
     @classmethod
@@ -116,12 +122,7 @@ class StorageLifecycle:
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
-        settings = StorageSettings(
-            sqlite_synchronous=sqlite_synchronous,
-            create=create,
-            archive_store=archive_store,
-            archive_dir=archive_dir,
-        )
+        settings = StorageSettings(sqlite_synchronous=sqlite_synchronous, create=create)
         self._sqlite_synchronous: SqliteSynchronous = settings.sqlite_synchronous
         self._create = settings.create
         if engine_options and is_engine(target):
@@ -145,9 +146,10 @@ class StorageLifecycle:
         self._engine_options = check_engine_options(
             engine_options, backend=self._target.backend, memory=self._target.memory
         )
-        assert settings.archive_store is not None  # its validator read the default
-        self._archive_store: ArchiveStore = settings.archive_store
-        self._archive_dir = settings.archive_dir
+        archives = ArchiveSettings(archive_store=archive_store, archive_dir=archive_dir)
+        assert archives.archive_store is not None  # its validator read the default
+        self._archive_store: ArchiveStore = archives.archive_store
+        self._archive_dir = archives.archive_dir
         # A :memory: database has no lasting name: its archives carry one of their own.
         self._memory_tag = uuid.uuid4().hex[:8]
         self._db: UnitOfWork | None = None

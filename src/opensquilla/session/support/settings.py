@@ -9,7 +9,7 @@ error back unchanged instead of pydantic's ``ValidationError``. Once built it ca
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -67,6 +67,25 @@ class Settings(BaseModel):
     def model_validate_strings(cls, *args: Any, **kwargs: Any) -> Self:
         with settings_errors(cls.__name__):
             return super().model_validate_strings(*args, **kwargs)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with ``update``, checked as a new one is (:meth:`replace`)."""
+        if update:
+            return self.replace(**update)
+        return super().model_copy(deep=deep)
+
+    @classmethod
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> Self:  # type: ignore[override]
+        """Built and checked as ``cls(**values)`` is: a settings model is never unchecked."""
+        return cls(**values)
+
+    def validate(self) -> None:  # type: ignore[override]
+        """Check the settings again (kept from the dataclass; a built model is always
+        checked already, and cannot change)."""
+        type(self)(**{name: getattr(self, name) for name in self.model_fields_set})
+
+    def __str__(self) -> str:
+        return repr(self)
 
     def replace(self, **changes: Any) -> Self:
         """A copy with ``changes``, checked as a new one is."""

@@ -124,6 +124,18 @@ def fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
     }
 
 
+def check_token_delta(token_delta: object) -> None:
+    """Refuse a (non-zero) token delta outside 1..INT64_MAX."""
+    if (
+        isinstance(token_delta, bool)
+        or not isinstance(token_delta, int)
+        or not 0 < token_delta <= INT64_MAX
+    ):
+        raise InvalidInputError(
+            f"token_delta must be an integer from 0 to {INT64_MAX}; nothing was written"
+        )
+
+
 def touch_params(
     entry: TranscriptEntry, expected_epoch: int, now: int, token_delta: int
 ) -> dict[str, Any]:
@@ -131,14 +143,7 @@ def touch_params(
     params = fence_params(entry, expected_epoch)
     params["touched_at"] = now
     if token_delta:
-        if (
-            isinstance(token_delta, bool)
-            or not isinstance(token_delta, int)
-            or not 0 < token_delta <= INT64_MAX
-        ):
-            raise InvalidInputError(
-                f"token_delta must be an integer from 0 to {INT64_MAX}; nothing was written"
-            )
+        check_token_delta(token_delta)
         params["token_delta"] = token_delta
         params["tokens_ceiling"] = INT64_MAX - token_delta
     return params
@@ -170,10 +175,14 @@ def append_and_touch(
             now=now,
             token_delta=token_delta,
         )
-        value = conn.execute(stmt, row).scalar_one_or_none()
-        if value is None and token_delta:
-            check_overflow(conn, entry, expected_epoch, token_delta)
-        return int(value) if value is not None else None
+        return run_one_statement(
+            conn,
+            stmt,
+            row,
+            entry=entry,
+            expected_epoch=expected_epoch,
+            token_delta=token_delta,
+        )
     params = touch_params(entry, expected_epoch, now, token_delta)
     touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
     if not conn.execute(touch, params).rowcount:
@@ -185,6 +194,23 @@ def append_and_touch(
     return int(key[0])
 
 
+def run_one_statement(
+    conn: Connection,
+    statement: Any,
+    params: dict[str, Any],
+    *,
+    entry: TranscriptEntry,
+    expected_epoch: int,
+    token_delta: int,
+) -> int | None:
+    """The one-statement append built by :func:`one_statement_append`, on ``conn``: the
+    new row id, or ``None`` when the fence refused (an overflow raised)."""
+    value = conn.execute(statement, params).scalar_one_or_none()
+    if value is None and token_delta:
+        check_overflow(conn, entry, expected_epoch, token_delta)
+    return int(value) if value is not None else None
+
+
 def one_statement_append(
     dialect: str, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
 ) -> tuple[Any, dict[str, Any]]:
@@ -194,7 +220,8 @@ def one_statement_append(
         params = touch_params(entry, expected_epoch, now, token_delta)
         params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
         return (_PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND), params
-    touch_params(entry, expected_epoch, now, token_delta)  # the delta's check
+    if token_delta:
+        check_token_delta(token_delta)
     row = values_of(entry, live)
     row["fence_epoch"] = expected_epoch
     row["touched_at"] = now
