@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import NewType
 
 from .errors import InvalidSessionKeyError
 
@@ -17,6 +18,10 @@ _AGENT_ID_OUTSIDE = re.compile(r"[^a-z0-9_-]")
 # Characters no key may hold: NUL (Postgres refuses it in text) and surrogate code points
 # (not encodable as UTF-8 on either backend).
 _FORBIDDEN_IN_KEY = re.compile("[\x00\ud800-\udfff]")
+
+# A key in its canonical form, as the front door (the manager's and the storage's public
+# methods) hands it inward: below the front door a key is trusted, never canonicalised again.
+CanonicalKey = NewType("CanonicalKey", str)
 
 
 def normalize_agent_id(value: str | None) -> str:
@@ -32,7 +37,7 @@ def normalize_agent_id(value: str | None) -> str:
     return slug
 
 
-def canonicalize_session_key(key: str) -> str:
+def canonicalize_session_key(key: str) -> CanonicalKey:
     """Return the canonical form of ``key`` (trimmed; agent segment normalised).
 
     Raises :class:`InvalidSessionKeyError` for a non-string, an over-long key, or a key
@@ -48,7 +53,7 @@ def canonicalize_session_key(key: str) -> str:
     return _canonical_key(key)
 
 
-def _canonical_key(key: str) -> str:
+def _canonical_key(key: str) -> CanonicalKey:
     text = key.strip()
     if len(text) > MAX_SESSION_KEY_LENGTH:
         raise InvalidSessionKeyError(
@@ -66,7 +71,7 @@ def _canonical_key(key: str) -> str:
             f"session key is {len(canonical)} characters long once canonical; the limit is "
             f"{MAX_SESSION_KEY_LENGTH}"
         )
-    return canonical
+    return CanonicalKey(canonical)
 
 
 _remembered_canonical_key = functools.lru_cache(maxsize=4096)(_canonical_key)
@@ -86,7 +91,7 @@ def _canonical(text: str) -> str:
     return text
 
 
-def require_session_key(key: str) -> str:
+def require_session_key(key: str) -> CanonicalKey:
     """Canonicalise ``key`` and refuse the empty key (for calls that create rows)."""
     canonical = canonicalize_session_key(key)
     if not canonical:
