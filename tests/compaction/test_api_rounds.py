@@ -22,8 +22,8 @@ from opensquilla.session.compaction import (
 )
 from opensquilla.session.compaction.rounds import is_live_round
 from opensquilla.session.errors import ConfigurationError
-from opensquilla.session.usecases.compaction_flight import flight_key
-from opensquilla.session.usecases.compaction_source import source_preimage
+from opensquilla.session.usecases.compaction.flight import flight_key
+from opensquilla.session.usecases.compaction.source import source_preimage
 
 ROUNDS = CompactionConfig(safety_margin=1.0, cut_policy="api_rounds")
 ROUNDS_NO_TAIL = CompactionConfig(

@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from opensquilla.session import ConfigurationError, SessionManager, SessionStorage
 from opensquilla.session.compaction import CompactionConfig, CompactionResult
 from opensquilla.session.compaction.result import result_document, result_from_document
-from opensquilla.session.usecases.compaction_flight import flight_key
-from opensquilla.session.usecases.compaction_lease import WAIT_MESSAGE
-from opensquilla.session.usecases.compaction_source import source_preimage
+from opensquilla.session.usecases.compaction.flight import flight_key
+from opensquilla.session.usecases.compaction.lease import WAIT_MESSAGE
+from opensquilla.session.usecases.compaction.source import source_preimage
 
 from .test_single_flight import KEY, WAIT, WINDOW, BlockingSummarizer, seed, until
 

@@ -20,8 +20,8 @@ from opensquilla.session import (
 )
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.compaction.fallback import fallback_chunk_summary
-from opensquilla.session.usecases import compaction_persist
-from opensquilla.session.usecases.compaction_source import source_preimage
+from opensquilla.session.usecases.compaction import persist as compaction_persist
+from opensquilla.session.usecases.compaction.source import source_preimage
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:inline-source"

@@ -20,8 +20,8 @@ from opensquilla.session.compaction import (
 )
 from opensquilla.session.compaction.engine import bound_to_boundary
 from opensquilla.session.compaction.fallback import fallback_chunk_summary
-from opensquilla.session.usecases.compaction_flight import running_flights
-from opensquilla.session.usecases.compaction_source import compaction_input
+from opensquilla.session.usecases.compaction.flight import running_flights
+from opensquilla.session.usecases.compaction.source import compaction_input
 from tests.compaction.test_single_flight import WAIT, BlockingSummarizer, callers, until
 from tests.helpers import table_snapshot
 
@@ -119,7 +119,7 @@ async def test_compact_with_result_missing_protected_boundary_fails_closed(
     assert result.kept_entries == compaction_input(live)  # the engine's input, as it was
     assert result.tokens_after == result.tokens_before == 200 * len(live)
     assert await table_snapshot(storage) == before
-    assert running_flights(storage) == {}
+    assert running_flights(storage.uow) == {}
 
 
 @pytest.mark.parametrize("bad", [42, b"m1", "m\x001"])
@@ -152,7 +152,7 @@ async def test_different_boundaries_run_separate_flights(
         for boundary in ("m4", "m5")
     ]
     await until(lambda: callers(storage) == 2)
-    assert len(running_flights(storage)) == 2
+    assert len(running_flights(storage.uow)) == 2
     summarizer.gate.set()
     one, two = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
 
@@ -174,7 +174,7 @@ async def test_equal_boundaries_share_one_flight(
         for _ in range(2)
     ]
     await until(lambda: callers(storage) == 2)
-    assert len(running_flights(storage)) == 1
+    assert len(running_flights(storage.uow)) == 1
     summarizer.gate.set()
     one, two = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
 

@@ -16,12 +16,12 @@ import pytest
 from opensquilla.session import CompactionTimeoutError, SessionManager, SessionStorage
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.compaction.fallback import fallback_chunk_summary
-from opensquilla.session.usecases.compaction_flight import (
+from opensquilla.session.usecases.compaction.flight import (
     config_fingerprint,
     flight_key,
     running_flights,
 )
-from opensquilla.session.usecases.compaction_source import source_preimage
+from opensquilla.session.usecases.compaction.source import source_preimage
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:single-flight"
@@ -83,7 +83,7 @@ async def until(condition: Callable[[], bool]) -> None:
 
 
 def callers(storage: SessionStorage) -> int:
-    return sum(flight.callers for flight in running_flights(storage).values())
+    return sum(flight.callers for flight in running_flights(storage.uow).values())
 
 
 @pytest.mark.parametrize("count", [2, 5])
@@ -99,7 +99,7 @@ async def test_equal_concurrent_calls_share_one_run_and_one_commit(
         for _ in range(count)
     ]
     await until(lambda: callers(storage) == count)
-    assert len(running_flights(storage)) == 1
+    assert len(running_flights(storage.uow)) == 1
     summarizer.gate.set()
     results = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
 
@@ -114,7 +114,7 @@ async def test_equal_concurrent_calls_share_one_run_and_one_commit(
     # The caller's config is left as it was (frozen: it may be handed on as it is).
     assert config == untouched and repr(config) == repr(untouched)
     assert all(seen == config for seen in summarizer.configs)
-    assert running_flights(storage) == {}  # the entry left with its task
+    assert running_flights(storage.uow) == {}  # the entry left with its task
 
 
 async def test_two_managers_over_one_storage_share_the_flight(
@@ -215,7 +215,7 @@ async def test_cancelling_the_only_caller_before_the_commit_writes_nothing(
     only.cancel()
     with pytest.raises(asyncio.CancelledError):
         await only
-    assert running_flights(storage) == {}
+    assert running_flights(storage.uow) == {}
     summarizer.gate.set()  # the run was cancelled: nothing is left to release
     assert await table_snapshot(storage) == before
     # A later call starts a fresh flight and commits.
@@ -263,7 +263,7 @@ async def test_different_inputs_run_separate_flights(
             manager.compact_with_result(KEY, window, config, instructions, **options)
         ),
     ]
-    await until(lambda: len(running_flights(storage)) == 2)
+    await until(lambda: len(running_flights(storage.uow)) == 2)
     summarizer.gate.set()
     results = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
     assert results[0] is not results[1]
@@ -293,7 +293,7 @@ async def test_total_timeout_raises_and_writes_nothing(
         assert outcome.phase == "summarize" and outcome.timeout == 2.0
     assert outcomes[0] is outcomes[1]  # one shared run timed out once
     assert summarizer.calls == 1  # the first chunk was still waiting when the bound hit
-    assert running_flights(storage) == {}
+    assert running_flights(storage.uow) == {}
     assert await table_snapshot(storage) == before
 
 

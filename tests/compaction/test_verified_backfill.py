@@ -37,7 +37,7 @@ from opensquilla.session.compaction.summary_replay import (
     split_sections,
 )
 from opensquilla.session.errors import ConfigurationError
-from opensquilla.session.usecases.compaction_flight import config_fingerprint
+from opensquilla.session.usecases.compaction.flight import config_fingerprint
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:strict"

@@ -15,7 +15,7 @@ from typing import Any
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.compaction import CompactionConfig
-from opensquilla.session.usecases.compaction_lease import WAIT_MESSAGE
+from opensquilla.session.usecases.compaction.lease import WAIT_MESSAGE
 
 from .workers import _describe
 

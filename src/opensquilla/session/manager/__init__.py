@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from ..compaction import CompactionConfig, CompactionResult, Summarizer
+from ..keys import canonicalize_session_key
 from ..models import (
+    COMPACTION_ID_MAX_LENGTH,
     CompactionSourceSnapshot,
     ContextView,
     SessionIntent,
@@ -24,21 +26,32 @@ from ..models import (
     SessionStatus,
     SessionSummary,
     TranscriptEntry,
+    check_instance,
+    check_integer,
+    check_optional_text,
+    check_text,
 )
 from ..models.reports import DeletionPreview, ResetReport
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import context, overview, repair, retention
-from ..usecases.compaction import Compactor
-from ..usecases.compaction_options import (
+from ..usecases import overview, retention
+from ..usecases.compaction import (
     CompactionOptions,
+    Compactor,
     MutationContext,
     PersistSourceOptions,
+    check_compaction_call,
+    check_persist_call,
+    check_source_entries,
+    repair,
+    summaries,
 )
-from ..usecases.compaction_source import capture_compaction_source
+from ..usecases.compaction import compact_with_result as compaction_run
+from ..usecases.compaction import persist_compaction_result as compaction_persist
+from ..usecases.compaction.source import capture_compaction_source
 from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
-from ..usecases.lifecycle import Lifecycle
+from ..usecases.lifecycle import Lifecycle, check_agent_id
 from ..usecases.overview import ArchiveReport, StoreStats
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
@@ -91,9 +104,7 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
             inject_time_prefix=inject_time_prefix,
             time_prefix_tz=time_prefix_tz,
         )
-        self._compactor = Compactor(
-            storage, summarizer, commit_against_source=commit_against_source
-        )
+        self._compactor = Compactor(summarizer, commit_against_source=commit_against_source)
 
     @property
     def storage(self) -> SessionStorage:
@@ -212,11 +223,13 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
 
     async def get_summaries(self, session_key: str) -> list[SessionSummary]:
         """The current generation's compaction summaries, oldest first."""
-        return await context.summaries(self._storage, self._generations, session_key)
+        key = canonicalize_session_key(session_key)
+        return await summaries.current(self._storage.uow, self._generations, key)
 
     async def get_latest_summary(self, session_key: str) -> SessionSummary | None:
         """The current generation's newest compaction summary, or ``None``."""
-        return await context.latest_summary(self._storage, self._generations, session_key)
+        key = canonicalize_session_key(session_key)
+        return await summaries.latest_current(self._storage.uow, self._generations, key)
 
     async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
         """What a prompt needs, from one snapshot: the latest summary and the newest live
@@ -246,12 +259,17 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         mutation_context: MutationContext | None = None,
     ) -> str:
         """Compact if needed; the summary, or ``""`` when nothing was removed."""
-        result = await self._compactor.compact_with_result(
-            session_key,
+        options: CompactionOptions = {"mutation_context": mutation_context}
+        config = check_compaction_call(context_window_tokens, config, custom_instructions, options)
+        key = canonicalize_session_key(session_key)
+        result = await compaction_run(
+            self._storage.uow,
+            self._compactor,
+            key,
             context_window_tokens,
             config,
             custom_instructions,
-            mutation_context=mutation_context,
+            options,
         )
         return result.summary if result.removed_count else ""
 
@@ -273,8 +291,16 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         ``protected_boundary_message_id`` (that live row and every later one stay live;
         none carries it: skipped with ``protected_boundary_missing``, nothing called or
         written)."""
-        return await self._compactor.compact_with_result(
-            session_key, context_window_tokens, config, custom_instructions, **options
+        config = check_compaction_call(context_window_tokens, config, custom_instructions, options)
+        key = canonicalize_session_key(session_key)
+        return await compaction_run(
+            self._storage.uow,
+            self._compactor,
+            key,
+            context_window_tokens,
+            config,
+            custom_instructions,
+            options,
         )
 
     async def persist_compaction_result(
@@ -293,9 +319,9 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         ``removed_count`` source rows if the source is still the transcript's prefix; the
         rest and any row appended since stay live with their ids (``kept_entries`` is
         ignored; docs/semantics.md#compaction-source)."""
-        return await self._compactor.persist_compaction_result(
-            session_key, summary, kept_entries, **options
-        )
+        checked = check_persist_call(summary, kept_entries, options)
+        key = canonicalize_session_key(session_key)
+        return await compaction_persist(self._storage.uow, key, summary, kept_entries, checked)
 
     async def capture_compaction_source(
         self,
@@ -307,18 +333,25 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         """The rows an inline compaction plans on, with their preimage: ``transcript_entries``
         if given (no read), else the live transcript; through ``boundary_message_id`` if
         given (unknown: an empty snapshot, which no install accepts)."""
+        check_optional_text("boundary_message_id", boundary_message_id, identifier=True)
+        supplied = None
+        if transcript_entries is not None:
+            supplied = check_source_entries("transcript_entries", transcript_entries)
+        key = canonicalize_session_key(session_key)
         return await capture_compaction_source(
-            self._storage,
-            session_key,
+            self._storage.uow,
+            key,
             boundary_message_id=boundary_message_id,
-            transcript_entries=transcript_entries,
+            transcript_entries=supplied,
         )
 
     async def list_degraded_compactions(
         self, *, agent_id: str | None = None, limit: int = 50
     ) -> list[SessionSummary]:
         """The repair queue: summaries whose memory flush was degraded or must be retried."""
-        return await repair.list_degraded(self._storage, agent_id=agent_id, limit=limit)
+        check_agent_id(agent_id)
+        check_integer("limit", limit)
+        return await repair.list_degraded(self._storage.uow, agent_id=agent_id, limit=limit)
 
     async def get_compaction(self, summary_id: int) -> SessionSummary | None:
         """One compaction summary by its id (the repair queue addresses summaries so)."""
@@ -334,17 +367,21 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         return await overview.collect_stats(self._storage)
 
     async def get_compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:
-        return await repair.preimage(self._storage, summary)
+        check_instance("summary", summary, SessionSummary)
+        return await repair.preimage(self._storage.uow, summary)
 
     async def mark_compaction_repair_status(self, summary: SessionSummary, status: str) -> None:
-        await repair.mark_repair_status(self._storage, summary, status)
+        check_instance("summary", summary, SessionSummary)
+        check_text("status", status)
+        await repair.mark_repair_status(self._storage.uow, summary, status)
 
     async def mark_compaction_flush_receipt_status(
         self, session_key: str, compaction_id: str, status: str
     ) -> int:
-        return await repair.mark_flush_receipt_status(
-            self._storage, session_key, compaction_id, status
-        )
+        check_text("compaction_id", compaction_id, max_length=COMPACTION_ID_MAX_LENGTH)
+        check_text("status", status)
+        key = canonicalize_session_key(session_key)
+        return await repair.mark_flush_receipt_status(self._storage.uow, key, compaction_id, status)
 
     # -- previews: what a deleting operation would remove now, nothing changed ---------
 

@@ -20,7 +20,7 @@ from ..models import (
 )
 from ..storage import SessionStorage
 from ..usecases import branching, messages, pages, reads
-from ..usecases.compaction_options import MutationContext
+from ..usecases.compaction.options import MutationContext
 from ..usecases.generations import GenerationCache
 from ..usecases.transcript import Transcripts
 

@@ -25,7 +25,7 @@ class CompactionSourceSnapshot(BaseModel, frozen=True):
     """The live rows an inline compaction was planned on (docs/semantics.md#compaction-source).
 
     ``entries`` oldest first; ``preimage`` the SHA-256 of their stable form
-    (:func:`opensquilla.session.usecases.compaction_source.source_preimage`);
+    (:func:`opensquilla.session.usecases.compaction.source.source_preimage`);
     ``boundary_message_id`` and ``boundary_entry_id`` those of the last entry (``None`` when
     empty). An empty snapshot (an unknown boundary) makes any later install fail.
     """

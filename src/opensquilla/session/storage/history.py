@@ -27,6 +27,7 @@ from ..models import (
 )
 from ..models.identity import check_turn_context
 from ..models.pages import check_cursor, check_page_size
+from ..usecases.compaction import summaries as summary_rows
 from .lifecycle import StorageLifecycle
 
 
@@ -254,8 +255,7 @@ class HistoryRowOperations(StorageLifecycle):
     async def get_compacted_transcript_entries(
         self, session_id: str, *, compaction_id: str | None = None
     ) -> list[CompactedTranscriptEntry]:
-        async with self.uow.read() as tx:
-            return await tx.transcript.list_archive(session_id, compaction_id=compaction_id)
+        return await summary_rows.compacted_entries(self.uow, session_id, compaction_id)
 
     async def delete_transcript(self, session_id: str) -> None:
         """Delete the live rows and the compacted archive of one generation."""
@@ -269,23 +269,17 @@ class HistoryRowOperations(StorageLifecycle):
         """Insert; ``compaction_index`` is assigned in the transaction (max + 1 per session)."""
         check_record("summary", summary, SessionSummary)
         summary.session_key = canonicalize_session_key(summary.session_key)
-        async with self.uow.write() as tx:
-            await tx.sessions.check_row_generation(summary.session_id, summary.session_key)
-            summary.id, summary.compaction_index = await tx.summaries.insert(summary)
-        return summary
+        return await summary_rows.save(self.uow, summary)
 
     async def get_all_summaries(self, session_id: str) -> list[SessionSummary]:
-        async with self.uow.read() as tx:
-            return await tx.summaries.list_for_session(session_id)
+        return await summary_rows.of_generation(self.uow, session_id)
 
     async def get_latest_summary(self, session_id: str) -> SessionSummary | None:
-        async with self.uow.read() as tx:
-            return await tx.summaries.latest(session_id)
+        return await summary_rows.latest_of_generation(self.uow, session_id)
 
     async def delete_summaries(self, session_id: str) -> None:
         check_text("session_id", session_id)
-        async with self.uow.write() as tx:
-            await tx.summaries.delete_for_session(session_id)
+        await summary_rows.delete_of_generation(self.uow, session_id)
 
     async def list_degraded_summaries(
         self, *, agent_id: str | None = None, limit: int = 50
@@ -293,14 +287,12 @@ class HistoryRowOperations(StorageLifecycle):
         """Summaries whose flush receipt is ``degraded_forensic`` or ``failed_retryable``."""
         check_page(limit, 0)
         prefix = agent_key_prefix(agent_id) if agent_id is not None else None
-        async with self.uow.read() as tx:
-            return await tx.summaries.list_degraded(key_prefix=prefix, limit=limit)
+        return await summary_rows.degraded(self.uow, prefix, limit)
 
     async def update_summary_flush_receipt_status(self, summary_id: int, status: str) -> int:
         check_integer("summary_id", summary_id, minimum=-(2**63))
         check_text("status", status)
-        async with self.uow.write() as tx:
-            return await tx.summaries.set_flush_status(summary_id, status)
+        return await summary_rows.set_flush_status(self.uow, summary_id, status)
 
     async def update_summary_flush_receipt_status_by_compaction(
         self, session_key: str, compaction_id: str, status: str
@@ -308,8 +300,9 @@ class HistoryRowOperations(StorageLifecycle):
         key = canonicalize_session_key(session_key)
         check_text("compaction_id", compaction_id)
         check_text("status", status)
-        async with self.uow.write() as tx:
-            return await tx.summaries.set_flush_status_by_compaction(key, compaction_id, status)
+        return await summary_rows.set_flush_status_by_compaction(
+            self.uow, key, compaction_id, status
+        )
 
     # -- context states ----------------------------------------------------------------
 
@@ -355,8 +348,7 @@ class HistoryRowOperations(StorageLifecycle):
 
     async def get_summary(self, summary_id: int) -> SessionSummary | None:
         """One compaction summary by its id (the repair queue addresses summaries so)."""
-        async with self.uow.read() as tx:
-            return await tx.overview.summary_by_id(summary_id)
+        return await summary_rows.by_id(self.uow, summary_id)
 
 
 async def _travel(

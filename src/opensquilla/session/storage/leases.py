@@ -1,13 +1,15 @@
 """Compaction leases (revision 0005): the database's record of which worker is compacting
 a session, so that workers in other processes wait for it instead of summarising the same
-rows again (docs/semantics.md#compaction-lease). Each call is one short unit of work; the
-session key is taken as given (the compaction use case has canonicalised it); every
-argument is checked (identifiers: text without NUL, the time to live in milliseconds)."""
+rows again (docs/semantics.md#compaction-lease). Each method checks its arguments
+(identifiers: text without NUL, the time to live in milliseconds; the session key is taken
+as given, as the compaction use case canonicalised it) and runs one use case of
+``usecases/compaction/lease.py``: one short unit of work."""
 
 from __future__ import annotations
 
 from ..models.checks import check_integer, check_text
 from ..models.leases import CompactionLease
+from ..usecases.compaction import lease
 from .lifecycle import StorageLifecycle
 
 # A lease lives for at most a year (and the expiry, the clock plus this, fits 64 bits).
@@ -27,8 +29,7 @@ class CompactionLeaseOperations(StorageLifecycle):
 
     async def read_compaction_lease(self, session_key: str) -> CompactionLease | None:
         key = _name("session_key", session_key)
-        async with self.uow.read() as tx:
-            return await tx.leases.read(key)
+        return await lease.read_lease(self.uow, key)
 
     async def acquire_compaction_lease(
         self, session_key: str, session_id: str, flight_key: str, holder: str, ttl_ms: int
@@ -42,13 +43,11 @@ class CompactionLeaseOperations(StorageLifecycle):
             _name("holder", holder),
             _ttl(ttl_ms),
         )
-        async with self.uow.write() as tx:
-            return await tx.leases.acquire(*values)
+        return await lease.acquire_lease(self.uow, *values)
 
     async def renew_compaction_lease(self, session_key: str, holder: str, ttl_ms: int) -> bool:
         values = (_name("session_key", session_key), _name("holder", holder), _ttl(ttl_ms))
-        async with self.uow.write() as tx:
-            return await tx.leases.renew(*values)
+        return await lease.renew_lease(self.uow, *values)
 
     async def finish_compaction_lease(self, session_key: str, holder: str, result: str) -> bool:
         values = (
@@ -56,10 +55,8 @@ class CompactionLeaseOperations(StorageLifecycle):
             _name("holder", holder),
             check_text("result", result, identifier=True),
         )
-        async with self.uow.write() as tx:
-            return await tx.leases.finish(*values)
+        return await lease.finish_lease(self.uow, *values)
 
     async def release_compaction_lease(self, session_key: str, holder: str) -> None:
         values = (_name("session_key", session_key), _name("holder", holder))
-        async with self.uow.write() as tx:
-            await tx.leases.release(*values)
+        await lease.release_lease(self.uow, *values)

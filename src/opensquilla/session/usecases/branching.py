@@ -36,7 +36,7 @@ from ..models import (
 )
 from ..storage import SessionStorage
 from ..support.clock import now_ms
-from .compaction_options import MutationContext, entered
+from .compaction.options import MutationContext, entered
 from .lifecycle import member
 
 ForkMode = Literal["none", "full", "prefix"]

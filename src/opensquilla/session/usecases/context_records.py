@@ -17,13 +17,11 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from ..compaction.config import CompactionConfig
 from ..compaction.coverage import render_structured_summary
 from ..compaction.payload import StructuredSummaryV1
 from ..compaction.summary_replay import STRUCTURED_HEADER
 from ..db.uow import Transaction
-from ..models import SessionContextState, SessionNode, SessionSummary
-from ..storage import SessionStorage
+from ..models import SessionContextState, SessionSummary
 from ..support import clock
 
 PORTABLE_STATE_KIND = "structured_summary_v1"
@@ -173,18 +171,6 @@ class RollingContext:
         )
 
 
-async def read_rolling_context(
-    storage: SessionStorage, config: CompactionConfig, node: SessionNode
-) -> RollingContext | None:
-    """What a compaction of ``node``'s generation replaces, read now; ``None`` (nothing
-    read) when ``config.rolling_checkpoints`` is off."""
-    if not config.rolling_checkpoints:
-        return None
-    async with storage.uow.snapshot() as tx:
-        records = await read_context_records(tx, node.session_key, node.session_id, clock.now_ms())
-    return RollingContext.of(records)
-
-
 __all__ = [
     "PORTABLE_STATE_KIND",
     "CompactionContextRecord",
@@ -192,6 +178,5 @@ __all__ = [
     "build_compaction_context_records",
     "context_fingerprint",
     "read_context_records",
-    "read_rolling_context",
     "replaces_prior_context",
 ]

@@ -2,8 +2,9 @@
 
 Concurrent ``compact_with_result`` calls of one session with equal inputs share one run
 (summarise -> validate -> commit) and get the same result object. The inputs are folded
-into a *flight key*; the registry of running flights is kept per storage instance and per
-event loop, and an entry leaves when its task ends.
+into a *flight key*; the registry of running flights is kept per unit-of-work factory (one
+per connected storage, bound to one event loop), and an entry leaves when its task ends.
+Joining a flight opens no unit of work.
 
 The first caller starts the shared task; every caller (the first included) awaits it
 through :func:`asyncio.shield`, so cancelling or timing out one caller never cancels the
@@ -23,8 +24,8 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ..compaction import CompactionConfig, CompactionResult
-from ..storage import SessionStorage
+from ...compaction import CompactionConfig, CompactionResult
+from ...db.uow import UnitOfWork
 
 # A per-process random key: a secret that decides the flight (the API key of a config) is
 # folded in only as an HMAC under it, so no key, log or dump ever holds the secret.
@@ -74,14 +75,14 @@ def flight_key(
     portable: bool = False,
 ) -> str:
     """The SHA-256 (hex) of everything that decides what a compaction writes; ``preimage``
-    is :func:`.compaction_source.source_preimage` of the planned live rows.
+    is :func:`.source.source_preimage` of the planned live rows.
 
     ``trigger_reason`` is left out: it is a label, and the owner's is the one stored. An
     explicit ``compaction_id`` is in: a caller naming its compaction gets that one or its
     own run, never another caller's summary under a different name. So is the protected
     boundary: two boundaries are two flights even where they protect the same rows, and
     (rolling checkpoints) the fingerprint of the checkpoints the summary replaces.
-    ``portable``: the key of the cross-process lease (``compaction_lease.py``), equal in
+    ``portable``: the key of the cross-process lease (``lease.py``), equal in
     every process for equal inputs, so without the API key (workers of one deployment share
     one result whichever key each holds) and with a ``summarizer_identity`` that names a
     class, not an object.
@@ -114,34 +115,27 @@ class Flight:
     committing: bool = False
 
 
-_Registry = weakref.WeakKeyDictionary[
-    SessionStorage, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Flight]]
-]
-_REGISTRY: _Registry = weakref.WeakKeyDictionary()
+_REGISTRY: weakref.WeakKeyDictionary[UnitOfWork, dict[str, Flight]] = weakref.WeakKeyDictionary()
 
 
-def running_flights(storage: SessionStorage) -> dict[str, Flight]:
-    """The flights running on ``storage`` in the current event loop, by key."""
-    loop = asyncio.get_running_loop()
-    per_loop = _REGISTRY.get(storage)
-    if per_loop is None:
-        per_loop = weakref.WeakKeyDictionary()
-        _REGISTRY[storage] = per_loop
-    flights = per_loop.get(loop)
+def running_flights(uow: UnitOfWork) -> dict[str, Flight]:
+    """The flights running on ``uow`` (a connected storage's ``storage.uow``, which belongs
+    to one event loop), by key."""
+    flights = _REGISTRY.get(uow)
     if flights is None:
         flights = {}
-        per_loop[loop] = flights
+        _REGISTRY[uow] = flights
     return flights
 
 
 async def join_flight(
-    storage: SessionStorage,
+    uow: UnitOfWork,
     key: str,
     start: Callable[[Flight], Coroutine[Any, Any, CompactionResult]],
 ) -> CompactionResult:
-    """The result of the flight ``key`` on ``storage``, starting it with ``start`` when no
+    """The result of the flight ``key`` on ``uow``, starting it with ``start`` when no
     equal flight is running."""
-    flights = running_flights(storage)
+    flights = running_flights(uow)
     flight = flights.get(key)
     if flight is None or flight.task is None or flight.task.done():
         flight = Flight()

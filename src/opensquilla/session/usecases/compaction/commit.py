@@ -11,19 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import InvalidInputError
-from ..keys import canonicalize_session_key
-from ..models import (
-    SessionContextState,
-    SessionSummary,
-    TranscriptEntry,
-    check_integer,
-    check_millis,
-    check_optional_text,
-    check_record,
-)
-from ..storage import SessionStorage
-from .context_records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
+from ...db.uow import UnitOfWork
+from ...keys import CanonicalKey
+from ...models import SessionContextState, SessionSummary, TranscriptEntry
+from ..context_records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
 
 
 def portable_states(summary: SessionSummary, now: int) -> list[SessionContextState]:
@@ -57,8 +48,8 @@ class ContextStateChanged(Exception):
 
 
 async def rewrite_compacted_session(
-    storage: SessionStorage,
-    session_key: str,
+    uow: UnitOfWork,
+    key: CanonicalKey,
     *,
     expected_session_id: str,
     expected_epoch: int,
@@ -91,27 +82,11 @@ async def rewrite_compacted_session(
     ``expected_context_fingerprint`` (a rolling checkpoint, docs/semantics.md#rolling-checkpoints):
     the generation's active context records must still have that fingerprint, or the summary,
     which replaces them, would replace a checkpoint it never read: else
-    :class:`ContextStateChanged`, nothing written."""
-    key = canonicalize_session_key(session_key)
-    check_integer("archive_count", archive_count)
-    check_millis("now", now)
-    for name, ids in (("expected_live_ids", expected_live_ids), ("drop_ids", drop_ids)):
-        for row_id in ids:
-            check_integer(name, row_id, minimum=-(2**63))
-    if summary is not None:
-        check_record("summary", summary, SessionSummary)
-        # The archived rows carry it as plain (indexed) text: an identifier.
-        check_optional_text("compaction_id", summary.compaction_id, identifier=True)
-    for entry in new_entries:
-        check_record("new_entries", entry, TranscriptEntry)
-    if not isinstance(expected_prefix, list | tuple):
-        raise InvalidInputError(
-            "expected_prefix must be a list of TranscriptEntry, not "
-            f"{type(expected_prefix).__name__}"
-        )
-    for entry in expected_prefix:
-        check_record("expected_prefix", entry, TranscriptEntry)
-    async with storage.uow.write() as tx:
+    :class:`ContextStateChanged`, nothing written.
+
+    One write unit of work. The values are trusted: the compaction and persist use cases
+    build them from rows they read (their front doors checked the caller's arguments)."""
+    async with uow.write() as tx:
         node = await tx.sessions.get(key, lock="update")
         if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
             return False

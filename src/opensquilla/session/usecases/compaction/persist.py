@@ -10,32 +10,32 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..compaction import entry_dict
-from ..compaction.obligations import check_coverage, extract_obligations
-from ..compaction.payload import build_payload
-from ..errors import InvalidInputError
-from ..keys import canonicalize_session_key
-from ..models import (
+from ...compaction import entry_dict
+from ...compaction.obligations import check_coverage, extract_obligations
+from ...compaction.payload import build_payload
+from ...db.uow import UnitOfWork
+from ...errors import InvalidInputError
+from ...keys import CanonicalKey
+from ...models import (
     SessionNode,
     SessionSummary,
     TranscriptEntry,
     check_integer,
     check_optional_text,
 )
-from ..storage import SessionStorage
-from ..support.clock import new_compaction_id, now_ms
-from .compaction_commit import rewrite_compacted_session
-from .compaction_options import (
+from ...support.clock import now_ms
+from .commit import rewrite_compacted_session
+from .options import (
     MATCH_KEPT_MODES,
     SOURCE_ONLY_OPTIONS,
     PersistOptions,
     PersistSourceOptions,
     check_compaction_options,
     check_room_for_compaction,
-    flush_status,
     refuse_unknown,
 )
-from .compaction_source import check_source_entries, source_preimage
+from .record import summary_record
+from .source import check_source_entries, live_rows, source_preimage
 
 # The compactor's logger: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
@@ -55,22 +55,18 @@ def _stored_summary(
         [entry_dict(entry) for entry in removed], [entry.id for entry in removed]
     )
     coverage = check_coverage(summary, obligations, blocking=False)
-    return SessionSummary(
-        session_id=node.session_id,
-        session_key=node.session_key,
-        compaction_id=options.get("compaction_id") or new_compaction_id(),
-        trigger_reason=options.get("trigger_reason"),
+    return summary_record(
+        node,
+        options,
+        removed,
+        kept_count=kept_count,
+        now=now,
         summary_text=summary,
         summary_payload=build_payload(summary, obligations, coverage),
         summary_format="structured_v1",
         coverage_status=coverage.status,
         missing_obligations=list(coverage.missing),
         critical_carry_forward=list(coverage.carry_forward),
-        removed_count=len(removed),
-        kept_count=kept_count,
-        flush_receipt_status=flush_status(options.get("flush_receipt_status")),
-        covered_through_id=max((entry.id or 0 for entry in removed), default=0),
-        created_at=now,
     )
 
 
@@ -98,19 +94,30 @@ def _check_options(options: PersistOptions) -> None:
     )
 
 
-async def persist_compaction_result(
-    storage: SessionStorage,
-    session_key: str,
-    summary: str,
-    kept_entries: Sequence[Mapping[str, Any]],
-    options: PersistSourceOptions,
-) -> bool:
-    """Store a summary the caller already has; ``True`` when something was written."""
+def check_persist_call(
+    summary: object, kept_entries: object, options: PersistSourceOptions
+) -> PersistSourceOptions:
+    """The front door's checks of ``persist_compaction_result``: its options (an unknown
+    name is a ``TypeError``, as for a keyword parameter), the summary, and either the kept
+    dicts (positional path) or the captured source and its evidence; the options come
+    back with ``match_kept`` resolved and ``source_entries`` a list."""
     refuse_unknown("persist_compaction_result", options, PersistSourceOptions)
     check_optional_text("summary", summary)
     source_entries = options.get("source_entries")
     if source_entries is not None:
-        return await _persist_against_source(storage, session_key, summary, source_entries, options)
+        if options.get("match_kept") is not None:
+            raise InvalidInputError(
+                "match_kept is not accepted with source_entries (kept_entries is ignored there)"
+            )
+        entries = check_source_entries("source_entries", source_entries)
+        check_optional_text("source_preimage", options.get("source_preimage"))
+        boundary_message_id = options.get("source_boundary_message_id")
+        check_optional_text("source_boundary_message_id", boundary_message_id, identifier=True)
+        boundary_entry_id = options.get("source_boundary_entry_id")
+        if boundary_entry_id is not None:
+            check_integer("source_boundary_entry_id", boundary_entry_id, minimum=-(2**63))
+        _check_options(options)
+        return {**options, "source_entries": entries}
     for name in SOURCE_ONLY_OPTIONS:
         if options.get(name) is not None:
             raise InvalidInputError(f"{name} is only accepted with source_entries")
@@ -131,8 +138,28 @@ async def persist_compaction_result(
         check_optional_text(f"kept_entries[{position}].role", wanted.get("role"), identifier=True)
         check_optional_text(f"kept_entries[{position}].content", wanted.get("content"))
     _check_options(options)
-    key = canonicalize_session_key(session_key)
-    node = await storage.get_session(key)
+    return {**options, "match_kept": match_kept}
+
+
+async def persist_compaction_result(
+    uow: UnitOfWork,
+    key: CanonicalKey,
+    summary: str,
+    kept_entries: Sequence[Mapping[str, Any]],
+    options: PersistSourceOptions,
+) -> bool:
+    """Store a summary the caller already has (``options`` as :func:`check_persist_call`
+    returned them); ``True`` when something was written.
+
+    Two units of work, a read and the commit: between them the kept dicts are matched to
+    the live rows and the summary's obligations checked, outside any transaction; the
+    commit re-checks the rows it planned on (docs/semantics.md#persist)."""
+    source_entries = options.get("source_entries")
+    if source_entries is not None:
+        return await _persist_against_source(uow, key, summary, list(source_entries), options)
+    match_kept = options.get("match_kept") or "content"
+    async with uow.snapshot() as tx:
+        node, live = await live_rows(tx, key)
     if node is None:
         log.warning(
             "persist_compaction_result: session %s not found",
@@ -140,7 +167,6 @@ async def persist_compaction_result(
             extra={"session_key": key, "operation": "persist_compaction_result"},
         )
         return False
-    live = await storage.get_transcript(node.session_id)
     removed_count = max(0, len(live) - len(kept_entries))
     removed, preserved = live[:removed_count], live[removed_count:]
     if not removed or not (summary or "").strip():
@@ -172,7 +198,7 @@ async def persist_compaction_result(
             drop_ids.append(row.id or 0)
         new_entries.append(entry)
     applied = await rewrite_compacted_session(
-        storage,
+        uow,
         key,
         expected_session_id=node.session_id,
         expected_epoch=node.epoch,
@@ -195,32 +221,22 @@ async def persist_compaction_result(
 
 
 async def _persist_against_source(
-    storage: SessionStorage,
-    session_key: str,
+    uow: UnitOfWork,
+    key: CanonicalKey,
     summary: str,
-    source: object,
+    entries: list[TranscriptEntry],
     options: PersistSourceOptions,
 ) -> bool:
     """``persist_compaction_result`` with ``source_entries``: archive
     ``source[:removed_count]``, keep the rest of the source and every row appended after it
     live with their ids (``kept_entries`` is ignored). ``False``, nothing written, unless
     the source is non-empty, matches ``source_preimage`` and its boundary ids, and is still
-    the live transcript's prefix at the commit."""
-    if options.get("match_kept") is not None:
-        raise InvalidInputError(
-            "match_kept is not accepted with source_entries (kept_entries is ignored there)"
-        )
-    entries = check_source_entries("source_entries", source)
+    the live transcript's prefix at the commit. Two units of work: the session row, then
+    the commit."""
     preimage = options.get("source_preimage")
     removed_count = options.get("removed_count")
     boundary_message_id = options.get("source_boundary_message_id")
     boundary_entry_id = options.get("source_boundary_entry_id")
-    check_optional_text("source_preimage", preimage)
-    check_optional_text("source_boundary_message_id", boundary_message_id, identifier=True)
-    if boundary_entry_id is not None:
-        check_integer("source_boundary_entry_id", boundary_entry_id, minimum=-(2**63))
-    _check_options(options)
-    key = canonicalize_session_key(session_key)
     log_extra = {"session_key": key, "operation": "persist_compaction_result"}
     if (
         not entries
@@ -240,7 +256,8 @@ async def _persist_against_source(
             extra=log_extra,
         )
         return False
-    node = await storage.get_session(key)
+    async with uow.read() as tx:
+        node = await tx.sessions.get(key)
     if node is None or any(
         entry.session_id != node.session_id or entry.id is None for entry in entries
     ):
@@ -254,7 +271,7 @@ async def _persist_against_source(
     removed, preserved = entries[:removed_count], entries[removed_count:]
     now = now_ms()
     applied = await rewrite_compacted_session(
-        storage,
+        uow,
         key,
         expected_session_id=node.session_id,
         expected_epoch=node.epoch,

@@ -14,11 +14,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..compaction import INPUT_KEYS, entry_dict, sanitize_silent_replies
-from ..errors import InvalidInputError
-from ..keys import canonicalize_session_key
-from ..models import CompactionSourceSnapshot, TranscriptEntry, check_optional_text
-from ..storage import SessionStorage
+from ...compaction import INPUT_KEYS, entry_dict, sanitize_silent_replies
+from ...db.uow import Transaction, UnitOfWork
+from ...errors import InvalidInputError, SessionNotFoundError
+from ...keys import CanonicalKey
+from ...models import CompactionSourceSnapshot, SessionNode, TranscriptEntry
 
 # The columns a source row is compared on (upstream's preimage row): everything but the
 # mutable bookkeeping the compaction itself does not read.
@@ -101,21 +101,30 @@ def snapshot_of(
 
 
 async def capture_compaction_source(
-    storage: SessionStorage,
-    session_key: str,
+    uow: UnitOfWork,
+    key: CanonicalKey,
     *,
     boundary_message_id: str | None = None,
     transcript_entries: Sequence[TranscriptEntry] | None = None,
 ) -> CompactionSourceSnapshot:
-    """The source of an inline compaction: ``transcript_entries`` when given (no read),
-    else the live transcript of ``session_key`` (empty when the session is missing)."""
-    check_optional_text("boundary_message_id", boundary_message_id, identifier=True)
+    """The source of an inline compaction: ``transcript_entries`` when given (no read), else
+    the live transcript of ``key`` (empty when the session is missing), from one read unit
+    of work."""
     if transcript_entries is not None:
-        return snapshot_of(
-            check_source_entries("transcript_entries", transcript_entries), boundary_message_id
-        )
-    key = canonicalize_session_key(session_key)
-    node = await storage.get_session(key)
+        return snapshot_of(transcript_entries, boundary_message_id)
+    async with uow.snapshot() as tx:
+        _, live = await live_rows(tx, key)
+    return snapshot_of(live, boundary_message_id)
+
+
+async def live_rows(
+    tx: Transaction, key: CanonicalKey, *, required: bool = False
+) -> tuple[SessionNode | None, list[TranscriptEntry]]:
+    """The session row of ``key`` and its generation's live rows, read on ``tx``; a
+    missing session: ``(None, [])``, or (``required``) ``SessionNotFoundError``."""
+    node = await tx.sessions.get(key)
     if node is None:
-        return snapshot_of([])
-    return snapshot_of(await storage.get_transcript(node.session_id), boundary_message_id)
+        if required:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return None, []
+    return node, await tx.transcript.list_live(node.session_id)

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypedDict
 
-from ..compaction import Summarizer
-from ..errors import InvalidInputError
-from ..models import (
+from ...compaction import CompactionConfig, Summarizer, normalize_instructions
+from ...errors import InvalidInputError
+from ...models import (
     COMPACTION_ID_MAX_LENGTH,
     INT32_MAX,
     SessionNode,
@@ -115,3 +115,45 @@ def refuse_unknown(call: str, options: Mapping[str, object], kind: Any) -> None:
     for name in options:
         if name not in kind.__optional_keys__:
             raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+
+
+def check_compaction_call(
+    context_window_tokens: object,
+    config: object,
+    custom_instructions: object,
+    options: CompactionOptions,
+) -> CompactionConfig:
+    """The front door's checks of a compaction, before anything is read: its options (an
+    unknown name is a ``TypeError``, as for a keyword parameter), the window, the config
+    (``None``: the defaults; a ``CompactionConfig`` was checked when built and is trusted
+    from here on), the instructions and each option's value. Returns the config to use."""
+    refuse_unknown("compact_with_result", options, CompactionOptions)
+    if config is None:
+        config = CompactionConfig()
+    elif not isinstance(config, CompactionConfig):
+        raise InvalidInputError(
+            f"config must be a CompactionConfig or None, not {type(config).__name__}"
+        )
+    if isinstance(context_window_tokens, bool) or not isinstance(context_window_tokens, int):
+        raise InvalidInputError(
+            f"context_window_tokens must be an integer, not {type(context_window_tokens).__name__}"
+        )
+    check_optional_text("custom_instructions", custom_instructions)
+    try:
+        normalize_instructions(custom_instructions)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from exc
+    check_compaction_options(
+        options.get("compaction_id"),
+        options.get("trigger_reason"),
+        options.get("flush_receipt_status"),
+    )
+    boundary = options.get("protected_boundary_message_id")
+    check_optional_text("protected_boundary_message_id", boundary, identifier=True)
+    mutation_context = options.get("mutation_context")
+    if mutation_context is not None and not callable(mutation_context):
+        raise InvalidInputError("mutation_context must be a callable returning a context manager")
+    summarizer = options.get("summarizer")
+    if summarizer is not None and not callable(getattr(summarizer, "summarize", None)):
+        raise InvalidInputError("summarizer must have an async summarize() method")
+    return config
