@@ -46,7 +46,6 @@ from opensquilla.session.models import (
 from opensquilla.session.transfer.store import TransferStore
 from opensquilla.session.usecases import (
     branching,
-    compaction_commit,
     messages,
     reset,
     retention,
@@ -815,52 +814,6 @@ def _usecase_cases() -> list[Case]:
         ),
         "truncate_count": lambda h, j: transcript.truncate_transcript(h.storage, h.key, j, 1),
         "truncate_now": lambda h, j: transcript.truncate_transcript(h.storage, h.key, 1, j),
-        "rewrite_archive_count": lambda h, j: compaction_commit.rewrite_compacted_session(
-            h.storage,
-            h.key,
-            **expected(h),
-            expected_live_ids=live_ids(h),
-            archive_count=j,
-            summary=None,
-            now=1,
-        ),
-        "rewrite_live_ids": lambda h, j: compaction_commit.rewrite_compacted_session(
-            h.storage,
-            h.key,
-            **expected(h),
-            expected_live_ids=[j],
-            archive_count=0,
-            summary=None,
-            now=1,
-        ),
-        "rewrite_summary": lambda h, j: compaction_commit.rewrite_compacted_session(
-            h.storage,
-            h.key,
-            **expected(h),
-            expected_live_ids=live_ids(h),
-            archive_count=1,
-            summary=j,
-            now=1,
-        ),
-        "rewrite_now": lambda h, j: compaction_commit.rewrite_compacted_session(
-            h.storage,
-            h.key,
-            **expected(h),
-            expected_live_ids=live_ids(h),
-            archive_count=0,
-            summary=None,
-            now=j,
-        ),
-        "rewrite_prefix": lambda h, j: compaction_commit.rewrite_compacted_session(
-            h.storage,
-            h.key,
-            **expected(h),
-            expected_live_ids=live_ids(h),
-            expected_prefix=j,
-            archive_count=1,
-            summary=None,
-            now=1,
-        ),
         "messages_remove_id": lambda h, j: messages.remove_message(h.storage, h.key, j),
         "messages_remove_key": lambda h, j: messages.remove_message(h.storage, j, "m"),
         "messages_turn_context": lambda h, j: messages.update_message_turn_context(
@@ -1050,8 +1003,6 @@ USECASE_READS = {
     "context_view.context_view",
     "context.summaries",
     "context.latest_summary",
-    "repair.list_degraded",
-    "repair.preimage",
     "retention.preview_prune",
     "retention.preview_cap",
     "overview.archive_report",
@@ -1066,10 +1017,8 @@ USECASE_READS = {
     "search.substrings",
     "pages.canonical_page",
     "pages.coverage",
-    "compaction_source.capture_compaction_source",
     "session_archive.capture_session_archive",
     "context.context_records",
-    "context_records.read_rolling_context",
     "context.latest_state",
     "prepared.prepare_intent",
     "prepared.prepare_prefix_branch",
@@ -1082,7 +1031,6 @@ USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",
     "branching.branch_session": "usecase_branch_fork",
     "transcript.truncate_transcript": "usecase_truncate_count",
-    "compaction_commit.rewrite_compacted_session": "usecase_rewrite_summary",
     "retention.prune_stale": "usecase_prune_batch",
     "retention.cap_sessions": "usecase_cap_batch",
     "messages.remove_message": "usecase_messages_remove_id",
@@ -1092,14 +1040,6 @@ USECASE_BEHIND_MANAGER = {
     "branching.branch": "branch",
     "context.save_state": "save_context_state",
     "context.invalidate_states": "invalidate_context_states",
-    "repair.mark_repair_status": "mark_compaction_repair_status",
-    "repair.mark_flush_receipt_status": "mark_compaction_flush_receipt_status",
-    # The shared run of a single flight: the write is compact_with_result's own commit.
-    "compaction_flight.join_flight": "compact_with_result",
-    # The cross-process lease of that run: its arguments are compact_with_result's own
-    # (checked there), and the storage's lease writes have hostile cases of their own.
-    "compaction_lease.take_lease": "compact_with_result",
-    "compaction_persist.persist_compaction_result": "persist_compaction_result",
 }
 
 

@@ -6,56 +6,36 @@ options) and no logic of its own. It never writes SQL. Its transcript calls are 
 ``transcript.py`` (:class:`TranscriptCalls`), its search calls in ``search.py``
 (:class:`SearchCalls`), its reset-archive calls in ``archives.py`` (:class:`ArchiveCalls`),
 its prepared intents in ``prepared.py`` (:class:`PreparedCalls`), its context-state calls in
-``context_states.py`` (:class:`ContextStateCalls`), the rest here.
+``context_states.py`` (:class:`ContextStateCalls`), its compaction calls in ``compaction.py``
+(:class:`CompactionCalls`), the rest here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Unpack
+from typing import Any
 
-from ..compaction import CompactionConfig, CompactionResult, Summarizer
-from ..keys import canonicalize_session_key
+from ..compaction import Summarizer
 from ..models import (
-    COMPACTION_ID_MAX_LENGTH,
-    CompactionSourceSnapshot,
     ContextView,
     SessionIntent,
     SessionListCursor,
     SessionListPage,
     SessionNode,
     SessionStatus,
-    SessionSummary,
-    TranscriptEntry,
-    check_instance,
-    check_integer,
-    check_optional_text,
-    check_text,
 )
 from ..models.reports import DeletionPreview, ResetReport
 from ..observe import instrumented
 from ..storage import SessionStorage
 from ..usecases import overview, retention
-from ..usecases.compaction import (
-    CompactionOptions,
-    Compactor,
-    MutationContext,
-    PersistSourceOptions,
-    check_compaction_call,
-    check_persist_call,
-    check_source_entries,
-    repair,
-    summaries,
-)
-from ..usecases.compaction import compact_with_result as compaction_run
-from ..usecases.compaction import persist_compaction_result as compaction_persist
-from ..usecases.compaction.source import capture_compaction_source
+from ..usecases.compaction import Compactor
 from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
-from ..usecases.lifecycle import Lifecycle, check_agent_id
+from ..usecases.lifecycle import Lifecycle
 from ..usecases.overview import ArchiveReport, StoreStats
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
 from .archives import ArchiveCalls
+from .compaction import CompactionCalls
 from .context_states import ContextStateCalls
 from .prepared import PreparedCalls
 from .search import SearchCalls
@@ -69,7 +49,9 @@ from .transcript import TranscriptCalls
     system=lambda manager: manager.storage.backend,
     exclude=frozenset({"notify_message_appended"}),
 )
-class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, ContextStateCalls):
+class SessionManager(
+    TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, ContextStateCalls, CompactionCalls
+):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""
 
@@ -219,17 +201,7 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         """A soft finish (status ``done``); nothing is moved or deleted."""
         await self._lifecycle.finish(session_key, SessionStatus.DONE)
 
-    # -- summaries and context states --------------------------------------------------
-
-    async def get_summaries(self, session_key: str) -> list[SessionSummary]:
-        """The current generation's compaction summaries, oldest first."""
-        key = canonicalize_session_key(session_key)
-        return await summaries.current(self._storage.uow, self._generations, key)
-
-    async def get_latest_summary(self, session_key: str) -> SessionSummary | None:
-        """The current generation's newest compaction summary, or ``None``."""
-        key = canonicalize_session_key(session_key)
-        return await summaries.latest_current(self._storage.uow, self._generations, key)
+    # -- context view ------------------------------------------------------------------
 
     async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
         """What a prompt needs, from one snapshot: the latest summary and the newest live
@@ -247,116 +219,6 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         """Keep at most ``max_entries`` sessions, deleting the least recently updated."""
         return await retention.cap_sessions(self._storage, max_entries)
 
-    # -- compaction --------------------------------------------------------------------
-
-    async def compact(
-        self,
-        session_key: str,
-        context_window_tokens: int,
-        config: CompactionConfig | None = None,
-        custom_instructions: str | None = None,
-        *,
-        mutation_context: MutationContext | None = None,
-    ) -> str:
-        """Compact if needed; the summary, or ``""`` when nothing was removed."""
-        options: CompactionOptions = {"mutation_context": mutation_context}
-        config = check_compaction_call(context_window_tokens, config, custom_instructions, options)
-        key = canonicalize_session_key(session_key)
-        result = await compaction_run(
-            self._storage.uow,
-            self._compactor,
-            key,
-            context_window_tokens,
-            config,
-            custom_instructions,
-            options,
-        )
-        return result.summary if result.removed_count else ""
-
-    async def compact_with_result(
-        self,
-        session_key: str,
-        context_window_tokens: int,
-        config: CompactionConfig | None = None,
-        custom_instructions: str | None = None,
-        **options: Unpack[CompactionOptions],
-    ) -> CompactionResult:
-        """Fold the oldest part of the live transcript into an out-of-band summary
-        (docs/semantics.md#compaction): the removed rows move to the compacted archive, the
-        summary and a portable context state are saved and ``compaction_count`` grows, all
-        in one transaction; or nothing changes and the result says why (``skip_reason``,
-        ``stale_preimage`` when the transcript changed while the summariser ran). Options:
-        ``compaction_id``, ``trigger_reason``, ``flush_receipt_status``,
-        ``mutation_context`` (a lock around the read and the commit), ``summarizer``,
-        ``protected_boundary_message_id`` (that live row and every later one stay live;
-        none carries it: skipped with ``protected_boundary_missing``, nothing called or
-        written)."""
-        config = check_compaction_call(context_window_tokens, config, custom_instructions, options)
-        key = canonicalize_session_key(session_key)
-        return await compaction_run(
-            self._storage.uow,
-            self._compactor,
-            key,
-            context_window_tokens,
-            config,
-            custom_instructions,
-            options,
-        )
-
-    async def persist_compaction_result(
-        self,
-        session_key: str,
-        summary: str,
-        kept_entries: list[dict[str, Any]],
-        **options: Unpack[PersistSourceOptions],
-    ) -> bool:
-        """Store a summary produced elsewhere and keep ``kept_entries`` as the live tail,
-        positionally (docs/semantics.md#persist): a dict keeps the live row at its position
-        when role and content match (``match_kept="role"``, upstream HEAD's opt-in: role
-        alone), else it is a new row. An empty summary writes nothing. With
-        ``source_entries`` (and ``source_preimage``, ``removed_count``, optionally the
-        boundary ids, all from :meth:`capture_compaction_source`): archive the first
-        ``removed_count`` source rows if the source is still the transcript's prefix; the
-        rest and any row appended since stay live with their ids (``kept_entries`` is
-        ignored; docs/semantics.md#compaction-source)."""
-        checked = check_persist_call(summary, kept_entries, options)
-        key = canonicalize_session_key(session_key)
-        return await compaction_persist(self._storage.uow, key, summary, kept_entries, checked)
-
-    async def capture_compaction_source(
-        self,
-        session_key: str,
-        *,
-        boundary_message_id: str | None = None,
-        transcript_entries: list[TranscriptEntry] | None = None,
-    ) -> CompactionSourceSnapshot:
-        """The rows an inline compaction plans on, with their preimage: ``transcript_entries``
-        if given (no read), else the live transcript; through ``boundary_message_id`` if
-        given (unknown: an empty snapshot, which no install accepts)."""
-        check_optional_text("boundary_message_id", boundary_message_id, identifier=True)
-        supplied = None
-        if transcript_entries is not None:
-            supplied = check_source_entries("transcript_entries", transcript_entries)
-        key = canonicalize_session_key(session_key)
-        return await capture_compaction_source(
-            self._storage.uow,
-            key,
-            boundary_message_id=boundary_message_id,
-            transcript_entries=supplied,
-        )
-
-    async def list_degraded_compactions(
-        self, *, agent_id: str | None = None, limit: int = 50
-    ) -> list[SessionSummary]:
-        """The repair queue: summaries whose memory flush was degraded or must be retried."""
-        check_agent_id(agent_id)
-        check_integer("limit", limit)
-        return await repair.list_degraded(self._storage.uow, agent_id=agent_id, limit=limit)
-
-    async def get_compaction(self, summary_id: int) -> SessionSummary | None:
-        """One compaction summary by its id (the repair queue addresses summaries so)."""
-        return await self._storage.get_summary(summary_id)
-
     async def archive_report(self) -> ArchiveReport:
         """The reset archive files of this store (published, staged, settled at start)."""
         return await overview.archive_report(self._storage)
@@ -365,23 +227,6 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         """Row counts of the whole store, plus its reset archives: this store's files in the
         archive directory on this machine, and its ``session_archives`` rows."""
         return await overview.collect_stats(self._storage)
-
-    async def get_compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:
-        check_instance("summary", summary, SessionSummary)
-        return await repair.preimage(self._storage.uow, summary)
-
-    async def mark_compaction_repair_status(self, summary: SessionSummary, status: str) -> None:
-        check_instance("summary", summary, SessionSummary)
-        check_text("status", status)
-        await repair.mark_repair_status(self._storage.uow, summary, status)
-
-    async def mark_compaction_flush_receipt_status(
-        self, session_key: str, compaction_id: str, status: str
-    ) -> int:
-        check_text("compaction_id", compaction_id, max_length=COMPACTION_ID_MAX_LENGTH)
-        check_text("status", status)
-        key = canonicalize_session_key(session_key)
-        return await repair.mark_flush_receipt_status(self._storage.uow, key, compaction_id, status)
 
     # -- previews: what a deleting operation would remove now, nothing changed ---------
 
