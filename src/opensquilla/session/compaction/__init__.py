@@ -18,7 +18,8 @@ from .engine import (
 )
 from .result import ENTRY_KEYS, INPUT_KEYS, CompactionRequest, CompactionResult, entry_dict
 from .rounds import api_rounds
-from .silent_reply import SILENT_REPLY_TOKENS, sanitize_silent_replies, sanitize_silent_reply
+from .silent_lines import SILENT_REPLY_TOKENS
+from .silent_reply import sanitize_silent_replies, sanitize_silent_reply
 from .summarizer import FallbackSummarizer, Summarizer
 from .summary_replay import format_compaction_summary_context
 from .tokens import (
