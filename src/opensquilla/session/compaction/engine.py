@@ -233,13 +233,7 @@ def finish_compaction(
         critical_carry_forward=list(coverage.carry_forward),
     )
     if coverage.status == "fail_blocked":
-        result.summary = ""
-        result.removed_count = 0
-        result.kept_entries = _kept(entries)
-        result.tokens_after = tokens_before
-        result.remaining_budget_tokens = max(window - tokens_before, 0)
-        result.skip_reason = planner.COVERAGE_BLOCKED
-        return result
+        return _refused(result, entries, tokens_before, window, planner.COVERAGE_BLOCKED)
 
     protected = config.protected_tail
     tail_preserved = protected <= 0 or result.kept_entries[-protected:] == _kept(
@@ -256,12 +250,24 @@ def finish_compaction(
         ),
     }
     if not result.quality_report["passes_structural_gate"]:
-        result.summary = ""
-        result.removed_count = 0
-        result.kept_entries = _kept(entries)
-        result.tokens_after = tokens_before
-        result.remaining_budget_tokens = max(window - tokens_before, 0)
-        result.skip_reason = planner.QUALITY_GATE_FAILED
+        return _refused(result, entries, tokens_before, window, planner.QUALITY_GATE_FAILED)
+    return result
+
+
+def _refused(
+    result: CompactionResult,
+    entries: list[dict[str, Any]],
+    tokens_before: int,
+    window: int,
+    reason: str,
+) -> CompactionResult:
+    """``result`` turned into a refusal: nothing removed, every entry kept, ``reason``."""
+    result.summary = ""
+    result.removed_count = 0
+    result.kept_entries = _kept(entries)
+    result.tokens_after = tokens_before
+    result.remaining_budget_tokens = max(window - tokens_before, 0)
+    result.skip_reason = reason
     return result
 
 

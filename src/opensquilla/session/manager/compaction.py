@@ -62,16 +62,8 @@ class CompactionCalls:
     ) -> str:
         """Compact if needed; the summary, or ``""`` when nothing was removed."""
         options: CompactionOptions = {"mutation_context": mutation_context}
-        config = check_compaction_call(context_window_tokens, config, custom_instructions, options)
-        key = canonicalize_session_key(session_key)
-        result = await compaction_run(
-            self._storage.uow,
-            self._compactor,
-            key,
-            context_window_tokens,
-            config,
-            custom_instructions,
-            options,
+        result = await self._compaction(
+            session_key, context_window_tokens, config, custom_instructions, options
         )
         return result.summary if result.removed_count else ""
 
@@ -93,14 +85,27 @@ class CompactionCalls:
         ``protected_boundary_message_id`` (that live row and every later one stay live;
         none carries it: skipped with ``protected_boundary_missing``, nothing called or
         written)."""
-        config = check_compaction_call(context_window_tokens, config, custom_instructions, options)
+        return await self._compaction(
+            session_key, context_window_tokens, config, custom_instructions, options
+        )
+
+    async def _compaction(
+        self,
+        session_key: str,
+        context_window_tokens: int,
+        config: CompactionConfig | None,
+        custom_instructions: str | None,
+        options: CompactionOptions,
+    ) -> CompactionResult:
+        """What both compaction calls run: their checks, then the use case."""
+        checked = check_compaction_call(context_window_tokens, config, custom_instructions, options)
         key = canonicalize_session_key(session_key)
         return await compaction_run(
             self._storage.uow,
             self._compactor,
             key,
             context_window_tokens,
-            config,
+            checked,
             custom_instructions,
             options,
         )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ...db.uow import UnitOfWork
 from ...keys import CanonicalKey
-from ...models import SessionContextState, SessionSummary, TranscriptEntry
+from ...models import SessionContextState, SessionNode, SessionSummary, TranscriptEntry
 from ..context_records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
 
 
@@ -49,11 +49,9 @@ class ContextStateChanged(Exception):
 
 async def rewrite_compacted_session(
     uow: UnitOfWork,
-    key: CanonicalKey,
+    planned: SessionNode,
+    planned_live: Sequence[TranscriptEntry],
     *,
-    expected_session_id: str,
-    expected_epoch: int,
-    expected_live_ids: Sequence[int],
     expected_prefix: Sequence[TranscriptEntry] = (),
     archive_count: int,
     summary: SessionSummary | None,
@@ -63,20 +61,21 @@ async def rewrite_compacted_session(
     allow_appended: bool = False,
     expected_context_fingerprint: str | None = None,
 ) -> bool:
-    """In one transaction, when the preimage still holds: the summary (its
-    ``compaction_index`` assigned here), the first ``archive_count`` live rows copied to
-    the compacted archive and deleted (the rest keep their ids), ``drop_ids`` deleted,
+    """In one transaction, when the preimage still holds (the session is still the
+    generation ``planned`` was read at, and its live rows are still ``planned_live``): the
+    summary (its ``compaction_index`` assigned here), the first ``archive_count`` live rows
+    copied to the compacted archive and deleted (the rest keep their ids), ``drop_ids`` deleted,
     ``new_entries`` appended, the summary's portable context state saved, and
     ``compaction_count + 1`` and ``updated_at`` set: ``True``. Otherwise ``False``, and
     nothing is written.
 
-    The preimage: the live rows are still ``expected_live_ids``, and the first of them are
+    The preimage: the live rows are still ``planned_live``'s ids, and the first of them are
     still exactly ``expected_prefix`` (the rows the caller's decision read, as it read
     them): a row can change in place (an upsert by message id, a rebound turn context),
     and a summary of its old values must not replace it.
 
     ``allow_appended`` (a commit against a captured source, docs/semantics.md#compaction-source):
-    the live rows need only *start* with ``expected_live_ids``; rows after them were appended
+    the live rows need only *start* with ``planned_live``'s ids; rows after them were appended
     meanwhile and stay live, ids included.
 
     ``expected_context_fingerprint`` (a rolling checkpoint, docs/semantics.md#rolling-checkpoints):
@@ -86,15 +85,17 @@ async def rewrite_compacted_session(
 
     One write unit of work. The values are trusted: the compaction and persist use cases
     build them from rows they read (their front doors checked the caller's arguments)."""
+    key = CanonicalKey(planned.session_key)
+    expected_live_ids = [entry.id or 0 for entry in planned_live]
     async with uow.write() as tx:
         node = await tx.sessions.get(key, lock="update")
-        if node is None or node.session_id != expected_session_id or node.epoch != expected_epoch:
+        if node is None or (node.session_id, node.epoch) != (planned.session_id, planned.epoch):
             return False
         positions = await tx.transcript.live_positions(node.session_id)
         live_ids = [row_id for row_id, _ in positions]
         if allow_appended:
             live_ids = live_ids[: len(expected_live_ids)]
-        if live_ids != list(expected_live_ids):
+        if live_ids != expected_live_ids:
             return False
         if expected_prefix and list(expected_prefix) != await tx.transcript.list_live(
             node.session_id, limit=len(expected_prefix)

@@ -196,10 +196,8 @@ async def _compact(uow: UnitOfWork, slot: Flight, run: Run) -> CompactionResult:
         try:
             applied = await rewrite_compacted_session(
                 uow,
-                key,
-                expected_session_id=node.session_id,
-                expected_epoch=node.epoch,
-                expected_live_ids=[entry.id or 0 for entry in live],
+                node,
+                live,
                 expected_prefix=removed,
                 archive_count=len(removed),
                 summary=summary,

@@ -35,7 +35,7 @@ from .options import (
     refuse_unknown,
 )
 from .record import summary_record
-from .source import check_source_entries, live_rows, source_preimage
+from .source import check_items, check_source_entries, live_rows, source_preimage
 
 # The compactor's logger: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
@@ -126,15 +126,9 @@ def check_persist_call(
         match_kept = "content"
     elif match_kept not in MATCH_KEPT_MODES:
         raise InvalidInputError(f"match_kept must be 'content' or 'role', not {match_kept!r}")
-    if not isinstance(kept_entries, list | tuple):
-        raise InvalidInputError(
-            f"kept_entries must be a list of dicts, not {type(kept_entries).__name__}"
-        )
-    for position, wanted in enumerate(kept_entries):
-        if not isinstance(wanted, Mapping):
-            raise InvalidInputError(
-                f"kept_entries[{position}] must be a dict, not {type(wanted).__name__}"
-            )
+    for position, wanted in enumerate(
+        check_items("kept_entries", kept_entries, Mapping, "dicts", "dict")
+    ):
         check_optional_text(f"kept_entries[{position}].role", wanted.get("role"), identifier=True)
         check_optional_text(f"kept_entries[{position}].content", wanted.get("content"))
     _check_options(options)
@@ -199,10 +193,8 @@ async def persist_compaction_result(
         new_entries.append(entry)
     applied = await rewrite_compacted_session(
         uow,
-        key,
-        expected_session_id=node.session_id,
-        expected_epoch=node.epoch,
-        expected_live_ids=[entry.id or 0 for entry in live],
+        node,
+        live,
         expected_prefix=live,
         archive_count=len(removed),
         summary=record,
@@ -272,10 +264,8 @@ async def _persist_against_source(
     now = now_ms()
     applied = await rewrite_compacted_session(
         uow,
-        key,
-        expected_session_id=node.session_id,
-        expected_epoch=node.epoch,
-        expected_live_ids=[entry.id or 0 for entry in entries],
+        node,
+        entries,
         expected_prefix=entries,
         archive_count=len(removed),
         summary=_stored_summary(node, summary, removed, len(preserved), options, now),

@@ -66,18 +66,22 @@ def compaction_input(entries: Sequence[TranscriptEntry]) -> list[dict[str, Any]]
     return sanitize_silent_replies(entry_dict(entry, INPUT_KEYS) for entry in entries)
 
 
+def check_items(name: str, value: object, kind: type, plural: str, singular: str) -> list[Any]:
+    """A list or tuple of ``kind``, else ``InvalidInputError`` ("a list of ``plural``", "a
+    ``singular``")."""
+    if not isinstance(value, list | tuple):
+        raise InvalidInputError(f"{name} must be a list of {plural}, not {type(value).__name__}")
+    for position, item in enumerate(value):
+        if not isinstance(item, kind):
+            raise InvalidInputError(
+                f"{name}[{position}] must be a {singular}, not {type(item).__name__}"
+            )
+    return list(value)
+
+
 def check_source_entries(name: str, entries: object) -> list[TranscriptEntry]:
     """A list or tuple of :class:`TranscriptEntry`, else ``InvalidInputError``."""
-    if not isinstance(entries, list | tuple):
-        raise InvalidInputError(
-            f"{name} must be a list of TranscriptEntry, not {type(entries).__name__}"
-        )
-    for position, entry in enumerate(entries):
-        if not isinstance(entry, TranscriptEntry):
-            raise InvalidInputError(
-                f"{name}[{position}] must be a TranscriptEntry, not {type(entry).__name__}"
-            )
-    return list(entries)
+    return check_items(name, entries, TranscriptEntry, "TranscriptEntry", "TranscriptEntry")
 
 
 def snapshot_of(
