@@ -15,8 +15,8 @@ import pytest
 from opensquilla.session import SessionStorage
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.db.engine_options import EngineSettings, check_engine_options
+from opensquilla.session.db.lifecycle import ArchiveSettings, StorageSettings
 from opensquilla.session.errors import ConfigurationError
-from opensquilla.session.storage.lifecycle import ArchiveSettings, StorageSettings
 
 SECRET = "sk-never-shown-0123456789"
 

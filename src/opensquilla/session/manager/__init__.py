@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from ..compaction import CompactionConfig, CompactionResult, Summarizer
+from ..keys import canonicalize_session_key
 from ..models import (
     CompactionSourceSnapshot,
     ContextView,
@@ -24,11 +25,13 @@ from ..models import (
     SessionStatus,
     SessionSummary,
     TranscriptEntry,
+    check_integer,
+    check_millis,
 )
 from ..models.reports import DeletionPreview, ResetReport
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import context, overview, repair, retention
+from ..usecases import context, overview, repair, reset, retention
 from ..usecases.compaction import Compactor
 from ..usecases.compaction_options import (
     CompactionOptions,
@@ -43,10 +46,19 @@ from ..usecases.overview import ArchiveReport, StoreStats
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
 from .archives import ArchiveCalls
+from .branching import BranchCalls
 from .context_states import ContextStateCalls
 from .prepared import PreparedCalls
 from .search import SearchCalls
 from .transcript import TranscriptCalls
+
+
+def _cutoff(max_age_ms: int) -> int:
+    """The checked ``updated_before`` bound of sessions older than ``max_age_ms``."""
+    check_integer("max_age_ms", max_age_ms)
+    updated_before = retention.cutoff(max_age_ms)
+    check_millis("updated_before", updated_before)
+    return updated_before
 
 
 # Every public coroutine is an operation (debug record, span, histogram); the memory-sync
@@ -56,7 +68,9 @@ from .transcript import TranscriptCalls
     system=lambda manager: manager.storage.backend,
     exclude=frozenset({"notify_message_appended"}),
 )
-class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, ContextStateCalls):
+class SessionManager(
+    TranscriptCalls, BranchCalls, SearchCalls, ArchiveCalls, PreparedCalls, ContextStateCalls
+):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""
 
@@ -82,8 +96,13 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         """
         self._storage = storage
         self._generations = GenerationCache(storage)
-        self._resets = Resets(storage, self._generations, archive_required=archive_required)
-        self._lifecycle = Lifecycle(storage, self._generations, self._resets)
+        resets = Resets(
+            self._generations,
+            storage.archive_place,
+            archive_required=archive_required,
+            archive_lost=storage.count_lost_reset_archive,
+        )
+        self._lifecycle = Lifecycle(self._generations, resets)
         self._transcripts = Transcripts(
             storage,
             self._generations,
@@ -111,17 +130,18 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         self, session_key: str, /, agent_id: str = "main", **kwargs: Any
     ) -> SessionNode:
         """A new session (``SessionExistsError``, a ``ValueError``, if the key is taken)."""
-        return await self._lifecycle.create(session_key, agent_id, kwargs)
+        return await self._lifecycle.create(self._storage.uow, session_key, agent_id, kwargs)
 
     async def get_session(self, session_key: str) -> SessionNode | None:
         """The session row, or ``None``; never touches ``updated_at``."""
-        return await self._lifecycle.get(session_key)
+        return await self._lifecycle.get(self._storage.uow, session_key)
 
     async def get_or_create(
         self, session_key: str, /, agent_id: str = "main", **kwargs: Any
     ) -> tuple[SessionNode, bool]:
         """The existing row untouched, or a new one; race-safe (exactly one creator wins)."""
-        return await self._lifecycle.get_or_create(session_key, agent_id, kwargs)
+        uow = self._storage.uow
+        return await self._lifecycle.get_or_create(uow, session_key, agent_id, kwargs)
 
     async def apply_intent(
         self,
@@ -138,7 +158,8 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         ``SessionKeyConflictError``; ``RESET_SAME_KEY`` starts a new generation (see
         :meth:`reset`); ``CONTINUE`` returns the row untouched.
         """
-        return await self._lifecycle.apply_intent(session_key, intent, agent_id, create_kwargs)
+        uow = self._storage.uow
+        return await self._lifecycle.apply_intent(uow, session_key, intent, agent_id, create_kwargs)
 
     async def list_sessions(
         self,
@@ -178,7 +199,7 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
 
     async def reset(self, session_key: str) -> SessionNode:
         """Start a new generation of the key; see :meth:`reset_with_report`."""
-        return (await self._resets.reset(session_key)).session
+        return (await self._lifecycle.reset(self._storage.uow, session_key)).session
 
     async def reset_with_report(self, session_key: str) -> ResetReport:
         """Start a new generation of the key, in one transaction, and say where the old one
@@ -187,26 +208,26 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         the identity and counters renewed. A failed archive write is logged and the reset
         goes on, or, with ``SessionManager(..., archive_required=True)``, raises
         ``ArchiveWriteError`` (an ``OSError``) and changes nothing. A concurrent change
-        makes the reset re-read and try again."""
-        return await self._resets.reset(session_key)
+        waits for the other writer (the reset reads and locks the row in its transaction)."""
+        return await self._lifecycle.reset(self._storage.uow, session_key)
 
     async def resume(self, session_key: str) -> SessionNode:
         """Touch ``updated_at``; ``KeyError`` if the session is missing."""
-        return await self._lifecycle.resume(session_key)
+        return await self._lifecycle.resume(self._storage.uow, session_key)
 
     async def update(self, session_key: str, /, **fields: Any) -> SessionNode:
         """Set mutable fields (one narrow UPDATE); identity, key and epoch are refused."""
-        return await self._lifecycle.update(session_key, fields)
+        return await self._lifecycle.update(self._storage.uow, session_key, fields)
 
     async def finish(
         self, session_key: str, status: SessionStatus | str = SessionStatus.DONE
     ) -> SessionNode:
         """Set the final status, ``ended_at`` and ``runtime_ms`` in one statement."""
-        return await self._lifecycle.finish(session_key, status)
+        return await self._lifecycle.finish(self._storage.uow, session_key, status)
 
     async def archive(self, session_key: str) -> None:
         """A soft finish (status ``done``); nothing is moved or deleted."""
-        await self._lifecycle.finish(session_key, SessionStatus.DONE)
+        await self._lifecycle.finish(self._storage.uow, session_key, SessionStatus.DONE)
 
     # -- summaries and context states --------------------------------------------------
 
@@ -228,11 +249,12 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
 
     async def prune_stale(self, max_age_ms: int) -> int:
         """Delete sessions not updated for ``max_age_ms``; how many were deleted."""
-        return await retention.prune_stale(self._storage, retention.cutoff(max_age_ms))
+        return await retention.prune_stale(self._storage.uow, _cutoff(max_age_ms))
 
     async def cap_entries(self, max_entries: int = 500) -> int:
         """Keep at most ``max_entries`` sessions, deleting the least recently updated."""
-        return await retention.cap_sessions(self._storage, max_entries)
+        check_integer("max_entries", max_entries)
+        return await retention.cap_sessions(self._storage.uow, max_entries)
 
     # -- compaction --------------------------------------------------------------------
 
@@ -326,12 +348,19 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
 
     async def archive_report(self) -> ArchiveReport:
         """The reset archive files of this store (published, staged, settled at start)."""
-        return await overview.archive_report(self._storage)
+        storage = self._storage
+        return await overview.archive_report(storage.archive_place, storage.recovered_archives)
 
     async def stats(self) -> StoreStats:
         """Row counts of the whole store, plus its reset archives: this store's files in the
         archive directory on this machine, and its ``session_archives`` rows."""
-        return await overview.collect_stats(self._storage)
+        storage = self._storage
+        return await overview.collect_stats(
+            storage.uow,
+            storage.archive_place,
+            storage.recovered_archives,
+            storage.lost_reset_archives,
+        )
 
     async def get_compaction_preimage(self, summary: SessionSummary) -> list[TranscriptEntry]:
         return await repair.preimage(self._storage, summary)
@@ -349,13 +378,14 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
     # -- previews: what a deleting operation would remove now, nothing changed ---------
 
     async def preview_reset(self, session_key: str) -> DeletionPreview:
-        return await self._resets.preview(session_key)
+        return await reset.preview(self._storage.uow, canonicalize_session_key(session_key))
 
     async def preview_truncate(self, session_key: str, max_messages: int = 20) -> DeletionPreview:
         return await self._transcripts.preview_truncate(session_key, max_messages)
 
     async def preview_prune_stale(self, max_age_ms: int) -> DeletionPreview:
-        return await retention.preview_prune(self._storage, retention.cutoff(max_age_ms))
+        return await retention.preview_prune(self._storage.uow, _cutoff(max_age_ms))
 
     async def preview_cap_entries(self, max_entries: int = 500) -> DeletionPreview:
-        return await retention.preview_cap(self._storage, max_entries)
+        check_integer("max_entries", max_entries)
+        return await retention.preview_cap(self._storage.uow, max_entries)
