@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,18 @@ TABLES = (
     "session_summaries",
     "session_context_states",
 )
+
+
+@contextlib.asynccontextmanager
+async def unmigrated_storage(dsn: str) -> AsyncIterator[SessionStorage]:
+    """A whole ``SessionStorage`` on ``dsn`` with its schema left as it is (the command
+    line's ``overview.unmigrated`` opens only the engine's lifecycle)."""
+    storage = SessionStorage(dsn)
+    await storage.connect_without_migrating()
+    try:
+        yield storage
+    finally:
+        await storage.close()
 
 
 async def table_snapshot(storage: SessionStorage) -> dict[str, list[tuple[Any, ...]]]:

@@ -28,6 +28,7 @@ from opensquilla.session.errors import (
     SessionExistsError,
     SessionIdInUseError,
 )
+from opensquilla.session.keys import CanonicalKey
 from opensquilla.session.models import (
     SessionContextState,
     SessionIntent,
@@ -170,12 +171,12 @@ STORAGE_WRITERS: dict[str, StorageWriter] = {
     "upsert_session (a newer epoch of an existing key)": lambda s, a: _upsert_newer(s, a),
     "update_session_fields": lambda s, a: _update_fields(s, a),
     "branch_session": lambda s, a: branching.branch_session(
-        s, OWNER, TAKER, session_id=a.session_id
+        s.uow, CanonicalKey(OWNER), CanonicalKey(TAKER), session_id=a.session_id
     ),
     "reset_session (another session's id)": lambda s, a: _reset_to(s, a),
     "reset_session (its own current id)": lambda s, a: reset.start_generation(
-        s,
-        OWNER,
+        s.uow,
+        CanonicalKey(OWNER),
         expected_session_id=a.session_id,
         expected_epoch=0,
         new_session_id=a.session_id,
@@ -224,8 +225,8 @@ async def _reset_to(storage: SessionStorage, owner: SessionNode) -> None:
     taker = await storage.get_session(TAKER)
     assert taker is not None
     await reset.start_generation(
-        storage,
-        TAKER,
+        storage.uow,
+        CanonicalKey(TAKER),
         expected_session_id=taker.session_id,
         expected_epoch=taker.epoch,
         new_session_id=owner.session_id,

@@ -44,13 +44,7 @@ from opensquilla.session.models import (
     _Record,
 )
 from opensquilla.session.transfer.store import TransferStore
-from opensquilla.session.usecases import (
-    branching,
-    messages,
-    reset,
-    retention,
-    transcript,
-)
+from opensquilla.session.usecases import messages, transcript
 from tests.helpers import table_snapshot
 
 _counter = itertools.count()
@@ -785,33 +779,6 @@ def _usecase_cases() -> list[Case]:
         return [e.id or 0 for e in h.entries]
 
     calls: dict[str, Callable[[Harness, Any], Awaitable[Any]]] = {
-        "reset_new_id": lambda h, j: reset.start_generation(
-            h.storage, h.key, **expected(h), new_session_id=j, now=1
-        ),
-        "reset_expected_epoch": lambda h, j: reset.start_generation(
-            h.storage,
-            h.key,
-            expected_session_id=h.node.session_id,
-            expected_epoch=j,
-            new_session_id=f"new-{next(_counter)}",
-            now=1,
-        ),
-        "reset_now": lambda h, j: reset.start_generation(
-            h.storage, h.key, **expected(h), new_session_id=f"new-{next(_counter)}", now=j
-        ),
-        "branch_fork": lambda h, j: branching.branch_session(h.storage, h.key, h.fresh_key, fork=j),
-        "branch_budget": lambda h, j: branching.branch_session(
-            h.storage, h.key, h.fresh_key, fork="full", max_fork_tokens=j
-        ),
-        "branch_before": lambda h, j: branching.branch_session(
-            h.storage, h.key, h.fresh_key, fork="prefix", before_message_id=j
-        ),
-        "branch_session_id": lambda h, j: branching.branch_session(
-            h.storage, h.key, h.fresh_key, session_id=j
-        ),
-        "branch_status": lambda h, j: branching.branch_session(
-            h.storage, h.key, h.fresh_key, status=j
-        ),
         "truncate_count": lambda h, j: transcript.truncate_transcript(h.storage, h.key, j, 1),
         "truncate_now": lambda h, j: transcript.truncate_transcript(h.storage, h.key, 1, j),
         "messages_remove_id": lambda h, j: messages.remove_message(h.storage, h.key, j),
@@ -822,10 +789,6 @@ def _usecase_cases() -> list[Case]:
         "messages_turn_context_key": lambda h, j: messages.update_message_turn_context(
             h.storage, j, h.entries[0].message_id, {"k": "v"}
         ),
-        "prune_before": lambda h, j: retention.prune_stale(h.storage, j),
-        "prune_batch": lambda h, j: retention.prune_stale(h.storage, 0, batch_size=j),
-        "cap_max": lambda h, j: retention.cap_sessions(h.storage, j),
-        "cap_batch": lambda h, j: retention.cap_sessions(h.storage, 10**6, batch_size=j),
     }
     cases: list[Case] = []
     for name, call in calls.items():
@@ -997,16 +960,14 @@ STORAGE_WRITES = {
 # storage first. Each write has hostile cases of its own, or is what a manager method (fed
 # hostile values above) hands its arguments to unchanged. The use-case classes (the
 # manager's own wiring: ``Lifecycle``, ``Resets``, ``Transcripts``, ``Compactor``) are
-# reached through the manager methods above.
+# reached through the manager methods above. A use case that takes the unit of work
+# instead (issue 27's one route: it trusts what the front door checked) is fed hostile
+# values through its front door only.
 USECASE_READS = {
     "context.states",
     "context_view.context_view",
     "context.summaries",
     "context.latest_summary",
-    "retention.preview_prune",
-    "retention.preview_cap",
-    "overview.archive_report",
-    "overview.collect_stats",
     "reads.recent_transcript",
     "reads.canonical_entry",
     "reads.read_transcript",
@@ -1017,27 +978,17 @@ USECASE_READS = {
     "search.substrings",
     "pages.canonical_page",
     "pages.coverage",
-    "session_archive.capture_session_archive",
     "context.context_records",
     "context.latest_state",
     "prepared.prepare_intent",
     "prepared.prepare_prefix_branch",
-    # Reads and refuses, before branch's transaction (test_branching.py).
-    "branching.refuse_fork_through_turn",
-    # What the manager's write_session_archive runs (see MANAGER_READS above).
-    "session_archive.write_session_archive",
 }
 USECASE_WRITES = {
-    "reset.start_generation": "usecase_reset_new_id",
-    "branching.branch_session": "usecase_branch_fork",
     "transcript.truncate_transcript": "usecase_truncate_count",
-    "retention.prune_stale": "usecase_prune_batch",
-    "retention.cap_sessions": "usecase_cap_batch",
     "messages.remove_message": "usecase_messages_remove_id",
     "messages.update_message_turn_context": "usecase_messages_turn_context",
 }
 USECASE_BEHIND_MANAGER = {
-    "branching.branch": "branch",
     "context.save_state": "save_context_state",
     "context.invalidate_states": "invalidate_context_states",
 }

@@ -125,7 +125,7 @@ async def test_prune_removes_states_of_earlier_generations(
     renewed.updated_at = 5
     await storage.upsert_session(renewed)
 
-    assert await retention.prune_stale(storage, 10) == 1
+    assert await retention.prune_stale(storage.uow, 10) == 1
     assert await manager.get_context_states(node.session_key, valid_only=False) == []
 
 
@@ -139,7 +139,7 @@ async def test_prune_works_across_batches(manager: SessionManager, storage: Sess
         for i in range(2)
     ]
 
-    assert await retention.prune_stale(storage, 1_000, batch_size=2) == 5
+    assert await retention.prune_stale(storage.uow, 1_000, batch_size=2) == 5
 
     for node in stale:
         await _assert_gone(manager, storage, node)
@@ -148,7 +148,7 @@ async def test_prune_works_across_batches(manager: SessionManager, storage: Sess
 
 
 async def test_prune_with_nothing_stale_returns_zero(storage: SessionStorage) -> None:
-    assert await retention.prune_stale(storage, 1_000, batch_size=2) == 0
+    assert await retention.prune_stale(storage.uow, 1_000, batch_size=2) == 0
 
 
 async def test_prune_refuses_a_negative_age(manager: SessionManager) -> None:
@@ -181,7 +181,7 @@ async def _cap_via_manager(manager: SessionManager, storage: SessionStorage, lim
 async def _cap_in_small_batches(
     manager: SessionManager, storage: SessionStorage, limit: int
 ) -> int:
-    return await retention.cap_sessions(storage, limit, batch_size=2)
+    return await retention.cap_sessions(storage.uow, limit, batch_size=2)
 
 
 @pytest.mark.parametrize("cap", [_cap_via_manager, _cap_in_small_batches], ids=["one", "batches"])
@@ -238,7 +238,7 @@ async def test_cap_of_zero_empties_the_store(
         await _session(manager, storage, f"agent:main:z{i}", updated_at=10 + i) for i in range(3)
     ]
 
-    assert await retention.cap_sessions(storage, 0, batch_size=2) == 3
+    assert await retention.cap_sessions(storage.uow, 0, batch_size=2) == 3
 
     for node in nodes:
         await _assert_gone(manager, storage, node)

@@ -17,6 +17,7 @@ from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import migrate
 from opensquilla.session.db.repos import fenced_append
 from opensquilla.session.usecases.overview import unmigrated
+from tests.helpers import unmigrated_storage
 
 from .raw import fetch, raw_state, version_rows
 from .test_legacy_adoption import _Backend
@@ -103,7 +104,7 @@ async def test_a_store_on_a_database_without_the_view_appends_in_three_statement
     view, finds none, and appends in one write transaction (same fence, same counters)."""
     async with unmigrated(database) as storage:
         await migrate.downgrade(storage.engine, "0007")
-    async with unmigrated(database) as storage:
+    async with unmigrated_storage(database) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
         node = await manager.create("agent:main:old")
         seen: list[str] = []

@@ -28,6 +28,7 @@ from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.version_table import SHARED_VERSION_TABLE, VERSION_TABLE
 from opensquilla.session.usecases import overview
 from tests.cli.support import cli
+from tests.helpers import unmigrated_storage
 
 from .raw import raw_state
 from .test_legacy_adoption import _Backend
@@ -204,7 +205,7 @@ async def _stamp_like_an_earlier_release(target: str, extra: list[str]) -> None:
 
 
 async def _content(target: str) -> list[str | None]:
-    async with overview.unmigrated(target) as storage:
+    async with unmigrated_storage(target) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
         return [e.content for e in await manager.get_transcript("agent:main:moved")]
 

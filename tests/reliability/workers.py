@@ -655,7 +655,7 @@ async def _retention_runner(
                     raise RendezvousError("the writers never finished after the deletions")
                 # The cut-off is fixed (what manager.prune_stale computes from an age would
                 # drift with the clock): a session touched after it is never pruned.
-                pruned_now = await retention.prune_stale(storage, cutoff)
+                pruned_now = await retention.prune_stale(storage.uow, cutoff)
                 capped_now = await manager.cap_entries(cap)
                 pruned += pruned_now
                 capped += capped_now
@@ -694,8 +694,8 @@ def connect_worker(target: str, start: Any, contend: Any) -> dict[str, Any]:
 
 
 async def _connect_worker(target: str, start: Any, contend: Any) -> dict[str, Any]:
+    from opensquilla.session.db import lifecycle as storage_module
     from opensquilla.session.db import migrate as migrate_module
-    from opensquilla.session.storage import lifecycle as storage_module
 
     schema_statements: list[str] = []
     original_engine = storage_module.create_engine

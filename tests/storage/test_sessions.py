@@ -17,6 +17,7 @@ from opensquilla.session.errors import (
     StaleEpochError,
     StaleGenerationError,
 )
+from opensquilla.session.keys import canonicalize_session_key
 from opensquilla.session.models import SessionNode, SessionStatus, TranscriptEntry
 from opensquilla.session.usecases.reset import start_generation
 from tests.helpers import table_snapshot
@@ -140,8 +141,8 @@ async def test_node_read_before_reset_cannot_restore_the_old_generation(
     assert old is not None
     new_id = str(uuid.uuid4())
     await start_generation(
-        storage,
-        KEY,
+        storage.uow,
+        canonicalize_session_key(KEY),
         expected_session_id=node.session_id,
         expected_epoch=0,
         new_session_id=new_id,
@@ -190,8 +191,8 @@ async def test_generation_checked_upsert_refuses_a_changed_generation(
     expected = node.session_id
     if change == "reset":
         await start_generation(
-            storage,
-            KEY,
+            storage.uow,
+            canonicalize_session_key(KEY),
             expected_session_id=node.session_id,
             expected_epoch=0,
             new_session_id=str(uuid.uuid4()),

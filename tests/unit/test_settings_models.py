@@ -15,8 +15,8 @@ import pytest
 from opensquilla.session import SessionStorage
 from opensquilla.session.compaction import CompactionConfig
 from opensquilla.session.db.engine_options import EngineSettings, check_engine_options
+from opensquilla.session.db.lifecycle import ArchiveSettings, StorageSettings
 from opensquilla.session.errors import ConfigurationError
-from opensquilla.session.storage.lifecycle import ArchiveSettings, StorageSettings
 
 SECRET = "sk-never-shown-0123456789"
 
@@ -185,10 +185,15 @@ def test_engine_settings_are_hashable_and_their_connect_args_read_only() -> None
     assert len({settings, same_settings}) == 1
 
 
-def test_the_engine_options_are_declared_alike_everywhere() -> None:
-    """The ``EngineOptions`` TypedDict, ``EngineSettings``' fields and the checks name the
-    same options (a guard until they come from one declaration)."""
+def test_the_engine_options_are_declared_once() -> None:
+    """``EngineSettings``' fields are made from the ``EngineOptions`` TypedDict, each option
+    with its check: the same names, in the same order, and a bad value of every option is
+    refused by its own check, naming it."""
     from opensquilla.session.db import engine_options
 
-    names = set(engine_options.EngineOptions.__annotations__)
-    assert names == set(EngineSettings.model_fields) == set(engine_options._CHECKS)
+    names = list(engine_options.EngineOptions.__annotations__)
+    assert list(EngineSettings.model_fields) == names
+    for name in names:
+        with pytest.raises(ConfigurationError, match=name):
+            EngineSettings(**{name: object()})
+        assert EngineSettings.model_fields[name].default is None  # not given: SQLAlchemy's

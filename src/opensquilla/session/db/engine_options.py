@@ -27,27 +27,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict, get_type_hints
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, ValidationInfo, create_model, model_validator
 from sqlalchemy.engine import URL
 
 from ..errors import ConfigurationError
 from ..support.settings import Settings
 
 
-class EngineOptions(TypedDict, total=False):
-    """The engine and pool options ``SessionStorage`` accepts (SQLAlchemy's meanings)."""
+def _checked(check: Callable[[str, Any], Any]) -> BeforeValidator:
+    """The check of one option, run by pydantic on the value given (before its type)."""
 
-    pool_size: int | None
-    max_overflow: int
-    pool_timeout: float
-    pool_recycle: float
-    pool_pre_ping: bool
-    pool_use_lifo: bool
-    echo: bool
-    echo_pool: bool
-    connect_args: Mapping[str, Any]
+    def run(value: object, info: ValidationInfo) -> object:
+        assert info.field_name is not None
+        return check(info.field_name, value)
+
+    return BeforeValidator(run)
 
 
 def _flag(name: str, value: object) -> bool:
@@ -111,23 +107,29 @@ def _bool(name: str, value: object) -> bool:
     return value
 
 
-def _mapping(name: str, value: object) -> MappingProxyType[str, Any]:
+def _mapping(name: str, value: object) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ConfigurationError(f"{name} must be a mapping of names to values")
-    return MappingProxyType(dict(value))  # a read-only copy: the settings are frozen
+    return dict(value)  # a copy (made read-only once it is checked)
 
 
-_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "pool_size": _pool_size,
-    "max_overflow": _max_overflow,
-    "pool_timeout": _seconds,
-    "pool_recycle": _recycle,
-    "pool_pre_ping": _bool,
-    "pool_use_lifo": _bool,
-    "echo": _bool,
-    "echo_pool": _bool,
-    "connect_args": _mapping,
-}
+class EngineOptions(TypedDict, total=False):
+    """The engine and pool options ``SessionStorage`` accepts (SQLAlchemy's meanings),
+    declared once: each with its type and its check; :class:`EngineSettings`' fields are
+    made from these."""
+
+    pool_size: Annotated[int | None, _checked(_pool_size)]
+    max_overflow: Annotated[int, _checked(_max_overflow)]
+    pool_timeout: Annotated[float, _checked(_seconds)]
+    pool_recycle: Annotated[float, _checked(_recycle)]
+    pool_pre_ping: Annotated[bool, _checked(_bool)]
+    pool_use_lifo: Annotated[bool, _checked(_bool)]
+    echo: Annotated[bool, _checked(_bool)]
+    echo_pool: Annotated[bool, _checked(_bool)]
+    # Kept as a read-only copy: the settings are frozen.
+    connect_args: Annotated[Mapping[str, Any], _checked(_mapping), AfterValidator(MappingProxyType)]
+
+
 _POOL_OPTIONS = (
     "pool_size",
     "max_overflow",
@@ -148,38 +150,23 @@ _SET_BY_THE_STORE = (
 )
 
 
-class EngineSettings(Settings):
+class _EngineSettings(Settings):
     """:class:`EngineOptions`, checked once, when the storage is built (the module doc's
-    rules; :meth:`for_target` applies the backend's)."""
-
-    pool_size: int | None = None
-    max_overflow: int | None = None
-    pool_timeout: float | None = None
-    pool_recycle: float | None = None
-    pool_pre_ping: bool | None = None
-    pool_use_lifo: bool | None = None
-    echo: bool | None = None
-    echo_pool: bool | None = None
-    connect_args: MappingProxyType[str, Any] | None = None
+    rules; :meth:`for_target` applies the backend's). Its fields are the options, each
+    ``None`` when not given (SQLAlchemy's default then)."""
 
     @model_validator(mode="before")
     @classmethod
     def _known(cls, data: object) -> object:
-        unknown = sorted(set(data) - set(_CHECKS)) if isinstance(data, Mapping) else []
+        unknown = sorted(set(data) - set(cls.model_fields)) if isinstance(data, Mapping) else []
         if unknown:
             reserved = [name for name in unknown if name in _SET_BY_THE_STORE]
             why = f" ({', '.join(reserved)}: set by the store itself)" if reserved else ""
             raise ConfigurationError(
                 f"unknown storage option(s) {', '.join(unknown)}{why}; accepted: "
-                f"sqlite_synchronous, {', '.join(_CHECKS)}"
+                f"sqlite_synchronous, {', '.join(cls.model_fields)}"
             )
         return data
-
-    @field_validator(*_CHECKS, mode="before")
-    @classmethod
-    def _option(cls, value: object, info: ValidationInfo) -> object:
-        assert info.field_name is not None
-        return _CHECKS[info.field_name](info.field_name, value)
 
     def __hash__(self) -> int:
         # connect_args' values need not be hashable: its names stand for it (equal
@@ -194,10 +181,9 @@ class EngineSettings(Settings):
     def for_target(self, *, backend: str, memory: bool) -> EngineSettings:
         """These options where the store runs: SQLite refuses what its connections or
         ``:memory:`` cannot take; on PostgreSQL ``connect_args`` become asyncpg's."""
+        options = self.options()
         if backend == "sqlite":
-            given = [
-                name for name in ("connect_args", *_POOL_OPTIONS) if getattr(self, name) is not None
-            ]
+            given = [name for name in ("connect_args", *_POOL_OPTIONS) if name in options]
             refused = given if memory else [name for name in given if name == "connect_args"]
             if refused:
                 where = "':memory:' has one connection and no pool"
@@ -207,9 +193,9 @@ class EngineSettings(Settings):
                     f"{', '.join(refused)} cannot be used with SQLite here: {where}"
                 )
             return self
-        if self.connect_args is None:
+        if "connect_args" not in options:
             return self
-        return self.replace(connect_args=_driver_arguments(self.connect_args, from_url=False))
+        return self.replace(connect_args=_driver_arguments(options["connect_args"], from_url=False))
 
     def options(self) -> dict[str, Any]:
         """The options given (``None`` is SQLAlchemy's default), for ``create_engine``."""
@@ -220,11 +206,33 @@ class EngineSettings(Settings):
         }
 
 
+def _settings_field(hint: Any) -> tuple[Any, None]:
+    """An :class:`EngineOptions` entry as a settings field: its type or ``None`` (not
+    given, the default), its check run on any value given."""
+    return Annotated[(hint.__origin__ | None, *hint.__metadata__)], None
+
+
+if TYPE_CHECKING:
+    EngineSettings = _EngineSettings
+else:
+    EngineSettings = create_model(
+        "EngineSettings",
+        __base__=_EngineSettings,
+        __module__=__name__,
+        __doc__=_EngineSettings.__doc__,
+        **{
+            name: _settings_field(hint)
+            for name, hint in get_type_hints(EngineOptions, include_extras=True).items()
+        },
+    )
+
+
 def check_engine_options(
     options: Mapping[str, object], *, backend: str, memory: bool
 ) -> EngineSettings:
     """The options, checked and normalised (see the module doc for the rules)."""
-    return EngineSettings(**options).for_target(backend=backend, memory=memory)
+    checked = EngineSettings.model_validate(dict(options))
+    return checked.for_target(backend=backend, memory=memory)
 
 
 # -- PostgreSQL: URL parameters and connect_args for asyncpg -------------------------------

@@ -50,11 +50,15 @@ from .dsn import parse_target
 from .engine import BEGIN_OPTION, create_engine
 from .errors import translated_errors
 from .pg_schema import ensure_schema
+from .schema_compare import SEARCH_OBJECTS as SEARCH_OBJECTS
+from .schema_compare import compare_type as compare_type
+from .schema_compare import context_options, describe, drop_sqlite_pk_nullability
+from .schema_compare import include_object as include_object
 from .schema_policy import POLICY_TABLE as POLICY_TABLE
-from .schema_policy import accept_newer_schema, record_revision_policy
+from .schema_policy import accept_newer_schema
 from .tables import OUR_TABLES
 from .version_table import current_revisions as _current_sync
-from .version_table import migration_context, move_from_shared_table, schema_of, version_options
+from .version_table import migration_context, move_from_shared_table, schema_of
 from .version_table import why_no_store as _why_no_store
 
 # The logger keeps the name it had before the code moved: users configure it by name.
@@ -101,114 +105,6 @@ def head_revisions() -> tuple[str, ...]:
 
 def known_revisions() -> frozenset[str]:
     return frozenset(script.revision for script in script_directory().walk_revisions())
-
-
-# The PostgreSQL search objects of revision 0003, which the metadata does not declare: a
-# column and indexes only one backend has (SQLite's FTS5 tables are not ours to compare).
-SEARCH_OBJECTS = frozenset(
-    {
-        "search_vector",
-        "ix_transcript_entries_search_vector",
-        "ix_transcript_entries_content_trgm",
-        "ix_compacted_transcript_entries_search_vector",
-        "ix_compacted_transcript_entries_content_trgm",
-    }
-)
-
-
-def include_object(
-    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
-) -> bool:
-    """Only our five tables: the rest of opensquilla keeps its own tables in the same file.
-    The search objects of revision 0003 are not modelled (they belong to one backend each)."""
-    if name in SEARCH_OBJECTS:
-        return False
-    if type_ == "table":
-        return name in OUR_TABLES
-    table = getattr(obj, "table", None)
-    return table is None or table.name in OUR_TABLES
-
-
-# SQLite stores values by type *affinity*: a legacy ``INTEGER`` column holds what our
-# ``BIGINT`` or ``BOOLEAN`` would, and ``TEXT`` holds our ``JSON``. Such pairs are not drift.
-_SQLITE_AFFINITY = {
-    "INTEGER": "INTEGER",
-    "BIGINT": "INTEGER",
-    "SMALLINT": "INTEGER",
-    "BOOLEAN": "INTEGER",
-    "TEXT": "TEXT",
-    "VARCHAR": "TEXT",
-    "JSON": "TEXT",
-    "REAL": "REAL",
-    "FLOAT": "REAL",
-    "DOUBLE": "REAL",
-    "DOUBLE PRECISION": "REAL",
-}
-
-
-def _affinity(type_: Any, dialect: Any) -> str | None:
-    try:
-        name = str(type_.compile(dialect=dialect)).split("(")[0].strip().upper()
-    except Exception:
-        return None
-    return _SQLITE_AFFINITY.get(name)
-
-
-def compare_type(
-    context: MigrationContext,
-    inspected_column: Any,
-    metadata_column: Any,
-    inspected_type: Any,
-    metadata_type: Any,
-) -> bool | None:
-    """Alembic hook: on SQLite, equal type affinity is no difference; else the default."""
-    dialect = context.dialect
-    if dialect.name != "sqlite":
-        return None
-    left, right = _affinity(inspected_type, dialect), _affinity(metadata_type, dialect)
-    if left is not None and left == right:
-        return False
-    return None
-
-
-def _drop_sqlite_pk_nullability(context: MigrationContext, revision: Any, directives: Any) -> None:
-    """Legacy SQLite tables declare ``TEXT PRIMARY KEY`` / ``INTEGER PRIMARY KEY`` without
-    ``NOT NULL`` (a rowid alias can never be NULL); such a difference is not drift."""
-    if context.dialect.name != "sqlite" or not directives:
-        return
-    upgrade_ops = directives[0].upgrade_ops
-    kept = []
-    for table_ops in upgrade_ops.ops:
-        table = Base.metadata.tables.get(getattr(table_ops, "table_name", ""))
-        inner = getattr(table_ops, "ops", None)
-        if table is not None and inner is not None:
-            table_ops.ops = [
-                op
-                for op in inner
-                if not (
-                    getattr(op, "modify_nullable", None) is not None
-                    and getattr(op, "modify_type", None) is None
-                    and op.column_name in table.c
-                    and table.c[op.column_name].primary_key
-                )
-            ]
-            if not table_ops.ops:
-                continue
-        kept.append(table_ops)
-    upgrade_ops.ops = kept
-
-
-def context_options(dialect_name: str, schema: str | None) -> dict[str, Any]:
-    """Options every migration context gets, from the CLI or from code."""
-    return {
-        **version_options(schema),
-        "target_metadata": Base.metadata,
-        "render_as_batch": dialect_name == "sqlite",
-        "include_object": include_object,
-        "compare_type": compare_type,
-        "process_revision_directives": _drop_sqlite_pk_nullability,
-        "on_version_apply": record_revision_policy,
-    }
 
 
 # How long a waiting worker sleeps between tries of the Postgres migration lock.
@@ -402,27 +298,15 @@ def _check_sync(connection: Connection) -> SchemaStatus:
     options = context_options(connection.dialect.name, schema_of(connection))
     context = MigrationContext.configure(connection, opts=options)
     script = produce_migrations(context, Base.metadata)
-    _drop_sqlite_pk_nullability(context, None, [script])
+    drop_sqlite_pk_nullability(context, None, [script])
     diffs = script.upgrade_ops.as_diffs() if script.upgrade_ops is not None else []
     # Alembic's comparison counts an invalid index (a failed concurrent build) as present.
     invalid = [f"invalid_index {name}" for name in indexes.invalid_index_names(connection)]
     return SchemaStatus(
         current=_current_sync(connection, known_revisions()),
         heads=head_revisions(),
-        drift=tuple(_describe(diff) for diff in diffs) + tuple(invalid),
+        drift=tuple(describe(diff) for diff in diffs) + tuple(invalid),
     )
-
-
-def _describe(diff: Any) -> str:
-    if isinstance(diff, tuple) and diff and isinstance(diff[0], str):
-        parts = [diff[0]]
-        for item in diff[1:]:
-            name = getattr(item, "name", None)
-            parts.append(str(name) if name is not None else str(item))
-        return " ".join(parts)
-    if isinstance(diff, list):
-        return "; ".join(_describe(item) for item in diff)
-    return str(diff)
 
 
 async def check(engine: AsyncEngine) -> SchemaStatus:

@@ -6,39 +6,32 @@ options) and no logic of its own. It never writes SQL. Its transcript calls are 
 ``transcript.py`` (:class:`TranscriptCalls`), its search calls in ``search.py``
 (:class:`SearchCalls`), its reset-archive calls in ``archives.py`` (:class:`ArchiveCalls`),
 its prepared intents in ``prepared.py`` (:class:`PreparedCalls`), its context-state calls in
-``context_states.py`` (:class:`ContextStateCalls`), its compaction calls in ``compaction.py``
+``context_states.py`` (:class:`ContextStateCalls`), its session calls (lifecycle, listing,
+reset, retention, stats) in ``sessions.py`` (:class:`SessionCalls`), its branch in
+``branching.py`` (:class:`BranchCalls`), its compaction calls in ``compaction.py``
 (:class:`CompactionCalls`), the rest here.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..compaction import Summarizer
-from ..models import (
-    ContextView,
-    SessionIntent,
-    SessionListCursor,
-    SessionListPage,
-    SessionNode,
-    SessionStatus,
-)
-from ..models.reports import DeletionPreview, ResetReport
+from ..models import ContextView
+from ..models.reports import DeletionPreview
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import overview, retention
 from ..usecases.compaction import Compactor
 from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import Lifecycle
-from ..usecases.overview import ArchiveReport, StoreStats
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
 from .archives import ArchiveCalls
+from .branching import BranchCalls
 from .compaction import CompactionCalls
 from .context_states import ContextStateCalls
 from .prepared import PreparedCalls
 from .search import SearchCalls
+from .sessions import SessionCalls
 from .transcript import TranscriptCalls
 
 
@@ -50,7 +43,14 @@ from .transcript import TranscriptCalls
     exclude=frozenset({"notify_message_appended"}),
 )
 class SessionManager(
-    TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, ContextStateCalls, CompactionCalls
+    SessionCalls,
+    TranscriptCalls,
+    BranchCalls,
+    SearchCalls,
+    ArchiveCalls,
+    PreparedCalls,
+    ContextStateCalls,
+    CompactionCalls,
 ):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""
@@ -77,8 +77,13 @@ class SessionManager(
         """
         self._storage = storage
         self._generations = GenerationCache(storage)
-        self._resets = Resets(storage, self._generations, archive_required=archive_required)
-        self._lifecycle = Lifecycle(storage, self._generations, self._resets)
+        resets = Resets(
+            self._generations,
+            storage.archive_place,
+            archive_required=archive_required,
+            archive_lost=storage.count_lost_reset_archive,
+        )
+        self._lifecycle = Lifecycle(self._generations, resets)
         self._transcripts = Transcripts(
             storage,
             self._generations,
@@ -98,109 +103,6 @@ class SessionManager(
     def set_cached_epoch(self, session_key: str, epoch: int) -> None:
         self._generations.observe_epoch(session_key, epoch)
 
-    # -- sessions ----------------------------------------------------------------------
-
-    async def create(
-        self, session_key: str, /, agent_id: str = "main", **kwargs: Any
-    ) -> SessionNode:
-        """A new session (``SessionExistsError``, a ``ValueError``, if the key is taken)."""
-        return await self._lifecycle.create(session_key, agent_id, kwargs)
-
-    async def get_session(self, session_key: str) -> SessionNode | None:
-        """The session row, or ``None``; never touches ``updated_at``."""
-        return await self._lifecycle.get(session_key)
-
-    async def get_or_create(
-        self, session_key: str, /, agent_id: str = "main", **kwargs: Any
-    ) -> tuple[SessionNode, bool]:
-        """The existing row untouched, or a new one; race-safe (exactly one creator wins)."""
-        return await self._lifecycle.get_or_create(session_key, agent_id, kwargs)
-
-    async def apply_intent(
-        self,
-        session_key: str,
-        intent: SessionIntent | str,
-        /,
-        *,
-        agent_id: str = "main",
-        **create_kwargs: Any,
-    ) -> tuple[SessionNode, bool]:
-        """Apply a session intent; returns ``(node, created_or_rotated)``.
-
-        A missing key is created for every intent. ``NEW_CHAT`` on an existing key is a
-        ``SessionKeyConflictError``; ``RESET_SAME_KEY`` starts a new generation (see
-        :meth:`reset`); ``CONTINUE`` returns the row untouched.
-        """
-        return await self._lifecycle.apply_intent(session_key, intent, agent_id, create_kwargs)
-
-    async def list_sessions(
-        self,
-        agent_id: str | None = None,
-        status: str | None = None,
-        limit: int | None = 100,
-        offset: int = 0,
-        spawned_by: str | None = None,
-        *,
-        parent_session_key: str | None = None,
-    ) -> list[SessionNode]:
-        """Sessions by recent activity (``updated_at`` then key, both descending)."""
-        return await self._storage.list_sessions(
-            agent_id, status, limit, offset, spawned_by, parent_session_key=parent_session_key
-        )
-
-    async def list_sessions_page(
-        self,
-        *,
-        limit: int = 100,
-        cursor: SessionListCursor | None = None,
-        agent_id: str | None = None,
-        status: str | None = None,
-    ) -> SessionListPage:
-        """One keyset page of :meth:`list_sessions`' order: ``max(1, limit)`` sessions
-        strictly after ``cursor``; pass ``page.next_cursor`` for the next one."""
-        return await self._storage.list_sessions_page(
-            limit=limit, cursor=cursor, agent_id=agent_id, status=status
-        )
-
-    async def count_sessions(self) -> int:
-        return await self._storage.count_sessions()
-
-    async def delete(self, session_key: str) -> bool:
-        """Delete the session and every row stored under its key; ``False`` if none."""
-        return await self._storage.delete_session(session_key)
-
-    async def reset(self, session_key: str) -> SessionNode:
-        """Start a new generation of the key; see :meth:`reset_with_report`."""
-        return (await self._resets.reset(session_key)).session
-
-    async def reset_with_report(self, session_key: str) -> ResetReport:
-        """Start a new generation of the key, in one transaction, and say where the old one
-        went (docs/semantics.md#reset): its transcript, compacted archive and summaries are
-        archived to a file and deleted, its context states invalidated, the epoch bumped and
-        the identity and counters renewed. A failed archive write is logged and the reset
-        goes on, or, with ``SessionManager(..., archive_required=True)``, raises
-        ``ArchiveWriteError`` (an ``OSError``) and changes nothing. A concurrent change
-        makes the reset re-read and try again."""
-        return await self._resets.reset(session_key)
-
-    async def resume(self, session_key: str) -> SessionNode:
-        """Touch ``updated_at``; ``KeyError`` if the session is missing."""
-        return await self._lifecycle.resume(session_key)
-
-    async def update(self, session_key: str, /, **fields: Any) -> SessionNode:
-        """Set mutable fields (one narrow UPDATE); identity, key and epoch are refused."""
-        return await self._lifecycle.update(session_key, fields)
-
-    async def finish(
-        self, session_key: str, status: SessionStatus | str = SessionStatus.DONE
-    ) -> SessionNode:
-        """Set the final status, ``ended_at`` and ``runtime_ms`` in one statement."""
-        return await self._lifecycle.finish(session_key, status)
-
-    async def archive(self, session_key: str) -> None:
-        """A soft finish (status ``done``); nothing is moved or deleted."""
-        await self._lifecycle.finish(session_key, SessionStatus.DONE)
-
     # -- context view ------------------------------------------------------------------
 
     async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
@@ -209,35 +111,7 @@ class SessionManager(
         "Reading a session")."""
         return await context_view(self._storage, session_key, max_tokens)
 
-    # -- retention ---------------------------------------------------------------------
-
-    async def prune_stale(self, max_age_ms: int) -> int:
-        """Delete sessions not updated for ``max_age_ms``; how many were deleted."""
-        return await retention.prune_stale(self._storage, retention.cutoff(max_age_ms))
-
-    async def cap_entries(self, max_entries: int = 500) -> int:
-        """Keep at most ``max_entries`` sessions, deleting the least recently updated."""
-        return await retention.cap_sessions(self._storage, max_entries)
-
-    async def archive_report(self) -> ArchiveReport:
-        """The reset archive files of this store (published, staged, settled at start)."""
-        return await overview.archive_report(self._storage)
-
-    async def stats(self) -> StoreStats:
-        """Row counts of the whole store, plus its reset archives: this store's files in the
-        archive directory on this machine, and its ``session_archives`` rows."""
-        return await overview.collect_stats(self._storage)
-
     # -- previews: what a deleting operation would remove now, nothing changed ---------
-
-    async def preview_reset(self, session_key: str) -> DeletionPreview:
-        return await self._resets.preview(session_key)
 
     async def preview_truncate(self, session_key: str, max_messages: int = 20) -> DeletionPreview:
         return await self._transcripts.preview_truncate(session_key, max_messages)
-
-    async def preview_prune_stale(self, max_age_ms: int) -> DeletionPreview:
-        return await retention.preview_prune(self._storage, retention.cutoff(max_age_ms))
-
-    async def preview_cap_entries(self, max_entries: int = 500) -> DeletionPreview:
-        return await retention.preview_cap(self._storage, max_entries)

@@ -2,7 +2,8 @@
 write its archive file (upstream HEAD's ``capture_session_archive`` and
 ``write_session_archive``).
 
-A part of :class:`SessionManager`, kept apart by job; one-line delegations to ``usecases/``.
+A part of :class:`SessionManager`, kept apart by job: the arguments checked, then one use
+case (``usecases/session_archive.py``), or the storage's method of the same operation.
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..models import SessionNode, SessionSummary, StoredArchive, TranscriptEntry
+from ..models import (
+    GenerationSnapshot,
+    SessionNode,
+    SessionSummary,
+    StoredArchive,
+    TranscriptEntry,
+    check_instance,
+    check_instances,
+)
 from ..storage import SessionStorage
 from ..usecases import session_archive
 
@@ -25,7 +34,8 @@ class ArchiveCalls:
     ) -> tuple[list[TranscriptEntry], list[SessionSummary]]:
         """``(canonical transcript, summaries)`` of the generation ``node.session_id``, read
         from one snapshot: what a reset of it would archive."""
-        return await session_archive.capture_session_archive(self._storage, node)
+        check_instance("node", node, SessionNode)
+        return await session_archive.capture_session_archive(self._storage.uow, node)
 
     async def write_session_archive(
         self,
@@ -39,7 +49,13 @@ class ArchiveCalls:
         staged owner-only, fsynced, renamed into place, the directory fsynced (any failure
         removes the temporary file and raises; two calls never write the same file); or,
         with ``archive_store="database"``, a row of ``session_archives``."""
-        await session_archive.write_session_archive(self._storage, node, entries, summaries)
+        snapshot = GenerationSnapshot(
+            session=check_instance("node", node, SessionNode),
+            transcript=check_instances("entries", entries, TranscriptEntry),
+            summaries=check_instances("summaries", summaries, SessionSummary),
+        )
+        storage = self._storage
+        await session_archive.write_session_archive(storage.uow, storage.archive_place, snapshot)
 
     async def list_session_archives(
         self, session_key: str | None = None, *, limit: int | None = None

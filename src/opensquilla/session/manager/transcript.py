@@ -1,5 +1,5 @@
 """The manager's transcript calls: append (and by message id), single-message operations,
-reads, pages, the context view, truncation and branching, by session key.
+reads, pages, the context view and truncation, by session key (branching: ``branching.py``).
 
 A part of :class:`SessionManager`, kept apart by job; one-line delegations to ``usecases/``.
 """
@@ -15,12 +15,10 @@ from ..models import (
     CanonicalTranscriptPage,
     Cursor,
     SessionNode,
-    SessionStatus,
     TranscriptEntry,
 )
 from ..storage import SessionStorage
-from ..usecases import branching, messages, pages, reads
-from ..usecases.compaction.options import MutationContext
+from ..usecases import messages, pages, reads
 from ..usecases.generations import GenerationCache
 from ..usecases.transcript import Transcripts
 
@@ -241,38 +239,3 @@ class TranscriptCalls:
     async def truncate(self, session_key: str, max_messages: int = 20) -> dict[str, Any]:
         """Keep the newest ``max_messages`` live entries (one transaction)."""
         return await self._transcripts.truncate(session_key, max_messages)
-
-    async def branch(
-        self,
-        parent_session_key: str,
-        new_session_key: str,
-        fork_transcript: bool = False,
-        max_fork_tokens: int | None = None,
-        status: SessionStatus | str = SessionStatus.RUNNING,
-        fork_before_message_id: str | None = None,
-        fork_through_turn_id: str | None = None,
-        display_name: str | None = None,
-        *,
-        mutation_context: MutationContext | None = None,
-    ) -> SessionNode:
-        """A child session of ``parent_session_key`` (docs/semantics.md#branching), in one
-        transaction: with ``fork_transcript`` a full fork (live transcript, compacted
-        archive, summaries, valid context states) or, with ``fork_before_message_id``, a
-        prefix fork, when it fits ``max_fork_tokens``. An existing child key is refused.
-        ``display_name`` names the child; ``mutation_context`` (a callable returning an async
-        context manager, the lock a compaction takes) is held for the whole read and copy.
-        ``fork_through_turn_id`` (upstream's fork through a completed turn) is checked, then
-        refused with ``TurnOutcomeUnavailableError``: it needs turn outcomes from agent
-        tasks, which this store does not keep."""
-        return await branching.branch(
-            self._storage,
-            parent_session_key,
-            new_session_key,
-            fork_transcript=fork_transcript,
-            max_fork_tokens=max_fork_tokens,
-            status=status,
-            fork_before_message_id=fork_before_message_id,
-            fork_through_turn_id=fork_through_turn_id,
-            display_name=display_name,
-            mutation_context=mutation_context,
-        )

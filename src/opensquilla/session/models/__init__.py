@@ -70,8 +70,10 @@ from .enums import (
     SessionStatus,
 )
 from .identity import AssistantMessageReservation
+from .intents import BranchOptions as BranchOptions
 from .intents import PreparedAction, PreparedSessionIntent
 from .listing import SessionListCursor, SessionListPage
+from .listing import SessionListFilter as SessionListFilter
 from .messages import CompactedTranscriptEntry, TranscriptEntry
 from .pages import (
     CANONICAL_FORK_PROOF_SCHEMA_VERSION,

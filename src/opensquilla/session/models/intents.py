@@ -1,15 +1,32 @@
 """A prepared session intent: what ``apply_intent`` or a prefix fork would write, decided
-and returned without writing (docs/semantics.md#prepared-intents)."""
+and returned without writing (docs/semantics.md#prepared-intents); and a branch's options,
+declared once (:class:`BranchOptions`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 from .messages import TranscriptEntry
 from .records import SessionNode
 
 PreparedAction = Literal["create", "reset", "continue", "fork"]
+ForkMode = Literal["none", "full", "prefix"]
+
+
+class BranchOptions(TypedDict, total=False):
+    """What a branch copies and how the child starts (docs/semantics.md#branching),
+    declared once for every layer below the front door (``Unpack``), which checked them:
+    ``status`` a ``SessionStatus`` value, ``fork`` the copy (``none``, ``full``, or
+    ``prefix`` before ``before_message_id``), ``max_fork_tokens`` the copy's budget,
+    ``session_id`` a chosen (free) generation id for the child, ``display_name`` its name."""
+
+    status: str
+    fork: ForkMode
+    before_message_id: str | None
+    max_fork_tokens: int | None
+    session_id: str | None
+    display_name: str | None
 
 
 @dataclass(frozen=True)

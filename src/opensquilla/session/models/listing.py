@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ..errors import InvalidInputError
 from .checks import check_millis, check_text
@@ -62,6 +63,17 @@ class SessionListCursor:
         return cls(at, at, key)
 
 
+class SessionListFilter(TypedDict, total=False):
+    """The listing's filters, declared once for every layer (``Unpack``): the front door
+    passes them canonical (an agent id normalised, lineage keys canonicalised); a filter
+    left out, or ``None``, filters nothing. A keyset page takes ``agent_id`` and ``status``."""
+
+    agent_id: str | None
+    status: str | None
+    spawned_by: str | None
+    parent_session_key: str | None
+
+
 @dataclass(frozen=True)
 class SessionListPage:
     """One page of the listing: ``sessions`` in listing order; ``next_cursor`` (the last
@@ -72,4 +84,4 @@ class SessionListPage:
     has_more: bool
 
 
-__all__ = ["CURSOR_SEPARATOR", "SessionListCursor", "SessionListPage"]
+__all__ = ["CURSOR_SEPARATOR", "SessionListCursor", "SessionListFilter", "SessionListPage"]

@@ -1,23 +1,24 @@
-"""SessionStorage: the engine's lifecycle, the unit-of-work factory, and row-level CRUD.
+"""SessionStorage: the engine's lifecycle (``db/lifecycle.py``), the unit-of-work factory,
+and row-level CRUD.
 
 ``storage.uow`` opens units of work (``db/uow.py``): ``write()``, ``read()``,
 ``snapshot()``, each yielding the repositories bound to one connection. The methods are the
-single-table operations of the older store's storage API (each one unit of work, its
-arguments checked in the value domain of docs/semantics.md#values), grouped by table in
-mixins over :class:`StorageLifecycle`. Use cases that change several rows at once (reset,
-branch, truncate, compaction, retention, import) live in ``usecases/`` and ``transfer/``
-and open their own unit of work. Returned models are detached: callers may mutate them and
-hand them back.
+single-table operations of the older store's storage API, grouped by table in mixins over
+:class:`StorageLifecycle`: each checks its arguments in the value domain of
+docs/semantics.md#values, then calls one use case, which opens one unit of work. Use cases
+that change several rows at once (reset, branch, truncate, compaction, retention, import)
+live in ``usecases/`` and ``transfer/`` and open their own unit of work. Returned models
+are detached: callers may mutate them and hand them back.
 """
 
 from __future__ import annotations
 
+from ..db.lifecycle import StorageLifecycle, StorageNotConnectedError
 from ..errors import StaleEpochError
 from ..observe import instrumented
 from .archives import ArchiveRowOperations
 from .history import HistoryRowOperations
 from .leases import CompactionLeaseOperations
-from .lifecycle import StorageLifecycle, StorageNotConnectedError
 from .search import SearchOperations
 from .sessions import SessionRowOperations
 

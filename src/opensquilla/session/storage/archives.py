@@ -5,13 +5,13 @@ neither does deleting, pruning or capping sessions: they are the archive."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ..db.lifecycle import StorageLifecycle
 from ..keys import canonicalize_session_key
 from ..models import StoredArchive
 from ..models.checks import check_integer
-from .lifecycle import StorageLifecycle
+from ..usecases import session_archive
 
 
 class ArchiveRowOperations(StorageLifecycle):
@@ -25,13 +25,10 @@ class ArchiveRowOperations(StorageLifecycle):
         key = None if session_key is None else canonicalize_session_key(session_key)
         if limit is not None:
             check_integer("limit", limit, minimum=1)
-        async with self.uow.read() as tx:
-            return await tx.archives.list_archives(key, limit)
+        return await session_archive.list_archives(self.uow, key, limit)
 
     async def read_session_archive(self, archive_id: int) -> dict[str, Any] | None:
         """The archive document of row ``archive_id`` (the JSON a reset archive file
         holds), or ``None`` if there is no such row."""
         check_integer("archive_id", archive_id, minimum=1)
-        async with self.uow.read() as tx:
-            text = await tx.archives.document(archive_id)
-        return None if text is None else json.loads(text)
+        return await session_archive.read_archive(self.uow, archive_id)

@@ -1,19 +1,17 @@
-"""Session rows: whole-row writes, reads, counts, narrow updates."""
+"""Session rows: the front door of whole-row writes, reads, counts and narrow updates;
+each method checks and canonicalises its arguments, then calls one use case
+(``usecases/sessions.py``), which opens one unit of work."""
 
 from __future__ import annotations
 
-from ..db.generations import GenerationRace, generation_guard
-from ..errors import (
-    InvalidInputError,
-    SessionGenerationChangedError,
-    SessionNotFoundError,
-    StaleGenerationError,
-)
+from ..db.lifecycle import StorageLifecycle
+from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key, normalize_agent_id
 from ..models import (
     INT64_MAX,
     INT64_MIN,
     SessionListCursor,
+    SessionListFilter,
     SessionListPage,
     SessionNode,
     check_integer,
@@ -23,13 +21,28 @@ from ..models import (
     check_session_values,
     check_text,
 )
-from .lifecycle import StorageLifecycle
+from ..usecases import sessions
+
+
+def listing_filter(
+    agent_id: str | None = None,
+    status: str | None = None,
+    spawned_by: str | None = None,
+    parent_session_key: str | None = None,
+) -> SessionListFilter:
+    """The listing's filters in canonical form (docs/semantics.md#keys)."""
+    return SessionListFilter(
+        agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
+        status=str(status) if status is not None else None,
+        spawned_by=canonicalize_session_key(spawned_by) if spawned_by is not None else None,
+        parent_session_key=(
+            canonicalize_session_key(parent_session_key) if parent_session_key is not None else None
+        ),
+    )
 
 
 class SessionRowOperations(StorageLifecycle):
     """The ``sessions`` table, one unit of work per call."""
-
-    # -- sessions ----------------------------------------------------------------------
 
     @staticmethod
     def canonical_node(node: SessionNode) -> SessionNode:
@@ -50,34 +63,13 @@ class SessionRowOperations(StorageLifecycle):
         (a reset, a delete and re-create meanwhile) raise ``SessionGenerationChangedError``
         (a ``KeyError``: ``Session generation changed: <key>``); nothing is written."""
         check_record("node", node, SessionNode)
-        if expected_session_id is not None:
+        if expected_session_id is None:
+            await sessions.upsert(self.uow, self.canonical_node(node))
+        else:
             expected = check_text(
                 "expected_session_id", expected_session_id, identifier=True, non_empty=True
             )
-            await self._upsert_generation(self.canonical_node(node), expected)
-            return
-        self.canonical_node(node)
-        async with (
-            generation_guard(self.uow, node.session_id, node.session_key),
-            self.uow.write() as tx,
-        ):
-            await tx.sessions.claim_generation(node.session_id, node.session_key)
-            await tx.sessions.upsert(node)
-
-    async def _upsert_generation(self, node: SessionNode, expected: str) -> None:
-        changed = SessionGenerationChangedError(f"Session generation changed: {node.session_key}")
-        if node.session_id != expected:
-            raise changed
-        async with self.uow.write() as tx:
-            if await tx.sessions.update_generation(node, expected):
-                return
-            stored = await tx.sessions.get(node.session_key)
-        if stored is None or stored.session_id != expected:
-            raise changed
-        raise StaleGenerationError(
-            f"Stale write for {node.session_key}: the node is at epoch {node.epoch}, the "
-            f"stored generation {expected} at epoch {stored.epoch}"
-        )
+            await sessions.upsert_generation(self.uow, self.canonical_node(node), expected)
 
     async def create_session(self, node: SessionNode) -> bool:
         """Insert a new row; ``False`` when the key exists (nothing is changed then).
@@ -86,21 +78,10 @@ class SessionRowOperations(StorageLifecycle):
         before anything is written.
         """
         check_record("node", node, SessionNode)
-        self.canonical_node(node)
-        try:
-            async with (
-                generation_guard(self.uow, node.session_id, node.session_key, creating=True),
-                self.uow.write() as tx,
-            ):
-                await tx.sessions.claim_generation(node.session_id, node.session_key)
-                return await tx.sessions.insert_new(node)
-        except GenerationRace:
-            return False  # the same key and id, created concurrently: the key is taken
+        return await sessions.create(self.uow, self.canonical_node(node))
 
     async def get_session(self, session_key: str) -> SessionNode | None:
-        key = canonicalize_session_key(session_key)
-        async with self.uow.read() as tx:
-            return await tx.sessions.get(key)
+        return await sessions.get(self.uow, canonicalize_session_key(session_key))
 
     async def list_sessions(
         self,
@@ -114,21 +95,8 @@ class SessionRowOperations(StorageLifecycle):
     ) -> list[SessionNode]:
         """Sessions by recent activity (``updated_at`` then key, both descending)."""
         check_page(limit, offset)
-        async with self.uow.read() as tx:
-            return await tx.sessions.list_sessions(
-                agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
-                status=str(status) if status is not None else None,
-                spawned_by=(
-                    canonicalize_session_key(spawned_by) if spawned_by is not None else None
-                ),
-                parent_session_key=(
-                    canonicalize_session_key(parent_session_key)
-                    if parent_session_key is not None
-                    else None
-                ),
-                limit=limit,
-                offset=offset,
-            )
+        filters = listing_filter(agent_id, status, spawned_by, parent_session_key)
+        return await sessions.listing(self.uow, limit, offset, **filters)
 
     async def list_sessions_page(
         self,
@@ -149,63 +117,31 @@ class SessionRowOperations(StorageLifecycle):
             )
         check_optional_text("agent_id", agent_id)
         check_optional_text("status", status)
-        page_size = max(1, limit)
-        async with self.uow.read() as tx:
-            nodes = await tx.sessions.list_page(
-                after=(cursor.updated_at, cursor.session_key) if cursor is not None else None,
-                agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
-                status=str(status) if status is not None else None,
-                limit=page_size + 1,
-            )
-        has_more = len(nodes) > page_size
-        del nodes[page_size:]
-        next_cursor = SessionListCursor.of(nodes[-1]) if has_more else None
-        return SessionListPage(sessions=nodes, next_cursor=next_cursor, has_more=has_more)
+        filters = listing_filter(agent_id, status)
+        return await sessions.listing_page(self.uow, max(1, limit), cursor, **filters)
 
     async def count_sessions(self) -> int:
-        async with self.uow.read() as tx:
-            return await tx.sessions.count()
+        return await sessions.count(self.uow)
 
     async def delete_session(self, session_key: str) -> bool:
         """Delete the session and every row it owns; ``False`` when there was none."""
-        key = canonicalize_session_key(session_key)
-        async with self.uow.write() as tx:
-            return bool(await tx.sessions.delete_cascade([key]))
+        return await sessions.delete(self.uow, canonicalize_session_key(session_key))
 
     async def get_epoch(self, session_key: str) -> int:
-        key = canonicalize_session_key(session_key)
-        async with self.uow.read() as tx:
-            epoch = await tx.sessions.get_epoch(key)
-        return epoch if epoch is not None else 0
+        return await sessions.epoch(self.uow, canonicalize_session_key(session_key))
 
     async def increment_epoch(self, session_key: str) -> int:
-        key = canonicalize_session_key(session_key)
-        async with self.uow.write() as tx:
-            epoch = await tx.sessions.increment_epoch(key)
-        if epoch is None:
-            raise SessionNotFoundError(f"Session not found: {key}")
-        return epoch
+        return await sessions.increment_epoch(self.uow, canonicalize_session_key(session_key))
 
     async def update_session_fields(
         self, session_key: str, values: dict[str, object]
     ) -> SessionNode:
         """Set only these columns (one statement, no read-modify-write); the new row."""
         key = canonicalize_session_key(session_key)
-        values = check_session_values(values)  # each value in its field's domain
-        new_id = values.get("session_id")
-        async with generation_guard(self.uow, new_id, key), self.uow.write() as tx:
-            if isinstance(new_id, str):
-                await tx.sessions.claim_generation(new_id, key)
-            node = await tx.sessions.update_fields(key, dict(values))
-        if node is None:
-            raise SessionNotFoundError(f"Session not found: {key}")
-        return node
+        checked = check_session_values(values)  # each value in its field's domain
+        return await sessions.update_fields(self.uow, key, checked)
 
     async def finish_session(self, session_key: str, status: str, now: int) -> SessionNode:
         key = canonicalize_session_key(session_key)
-        status = check_session_values({"status": status, "ended_at": now})["status"]
-        async with self.uow.write() as tx:
-            node = await tx.sessions.finish(key, status, now)
-        if node is None:
-            raise SessionNotFoundError(f"Session not found: {key}")
-        return node
+        checked = check_session_values({"status": status, "ended_at": now})["status"]
+        return await sessions.finish(self.uow, key, checked, now)

@@ -10,11 +10,11 @@ exists already is refused and nothing changes.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Unpack
 
 from ..compaction import estimate_tokens_for_length
 from ..db.generations import generation_violation
-from ..db.uow import Transaction
+from ..db.uow import Transaction, UnitOfWork
 from ..errors import (
     IntegrityViolationError,
     InvalidInputError,
@@ -23,23 +23,18 @@ from ..errors import (
     SessionNotFoundError,
     TurnOutcomeUnavailableError,
 )
-from ..keys import canonicalize_session_key, require_session_key
+from ..keys import CanonicalKey
 from ..models import (
     CANONICAL_FORK_PROOF_SCHEMA_VERSION,
+    BranchOptions,
     CanonicalTranscriptCoverage,
     SessionNode,
     SessionStatus,
     TranscriptEntry,
-    check_flag,
-    check_optional_integer,
-    check_optional_text,
 )
-from ..storage import SessionStorage
+from ..models.intents import ForkMode
 from ..support.clock import now_ms
 from .compaction.options import MutationContext, entered
-from .lifecycle import member
-
-ForkMode = Literal["none", "full", "prefix"]
 
 
 def child_of(parent: SessionNode, child_key: str, status: str, now: int) -> SessionNode:
@@ -62,70 +57,23 @@ def child_of(parent: SessionNode, child_key: str, status: str, now: int) -> Sess
 
 
 async def branch(
-    storage: SessionStorage,
-    parent_session_key: str,
-    new_session_key: str,
+    uow: UnitOfWork,
+    parent_key: CanonicalKey,
+    child_key: CanonicalKey,
     *,
-    fork_transcript: bool,
-    max_fork_tokens: int | None,
-    status: SessionStatus | str,
-    fork_before_message_id: str | None,
-    fork_through_turn_id: str | None = None,
-    display_name: str | None = None,
+    through_turn_id: str | None = None,
     mutation_context: MutationContext | None = None,
+    **options: Unpack[BranchOptions],
 ) -> SessionNode:
-    """The manager's branch: the fork mode from its flags, then :func:`branch_session`,
-    inside ``mutation_context()`` when one is given (held for the whole read and copy, so a
-    compaction that takes the same lock cannot interleave with the fork).
-
-    Arguments are checked in the order the manager always checked them: the child key,
-    the status, then the fork options (``fork_through_turn_id``'s as upstream HEAD checks
-    them, before the parent is read)."""
-    require_session_key(new_session_key)
-    member(SessionStatus, status)
-    check_flag("fork_transcript", fork_transcript)
-    check_optional_integer("max_fork_tokens", max_fork_tokens)
-    check_optional_text("fork_before_message_id", fork_before_message_id, identifier=True)
-    check_optional_text("display_name", display_name)
-    turn_id = _through_turn(fork_through_turn_id, fork_transcript, fork_before_message_id)
-    if mutation_context is not None and not callable(mutation_context):
-        raise InvalidInputError("mutation_context must be a callable returning a context manager")
+    """The manager's branch (its arguments checked there): :func:`branch_session`, inside
+    ``mutation_context()`` when one is given (held for the whole read and copy, so a
+    compaction that takes the same lock cannot interleave with the fork). A fork through a
+    turn reads the parent in a snapshot of its own and is refused
+    (:func:`refuse_fork_through_turn`)."""
     async with entered(mutation_context):
-        if turn_id is not None:
-            await refuse_fork_through_turn(storage, parent_session_key, turn_id)
-        fork: ForkMode = "none"
-        if fork_transcript:
-            fork = "prefix" if fork_before_message_id is not None else "full"
-        return await branch_session(
-            storage,
-            parent_session_key,
-            new_session_key,
-            status=status,
-            fork=fork,
-            before_message_id=fork_before_message_id,
-            max_fork_tokens=max_fork_tokens,
-            display_name=display_name,
-        )
-
-
-def _through_turn(
-    fork_through_turn_id: object, fork_transcript: bool, fork_before_message_id: str | None
-) -> str | None:
-    """``fork_through_turn_id`` stripped, after upstream HEAD's argument checks."""
-    check_optional_text("fork_through_turn_id", fork_through_turn_id, identifier=True)
-    if fork_through_turn_id is None:
-        return None
-    assert isinstance(fork_through_turn_id, str)
-    turn_id = fork_through_turn_id.strip()
-    if not turn_id:
-        raise InvalidInputError("fork_through_turn_id must not be empty")
-    if fork_before_message_id:
-        raise InvalidInputError(
-            "fork_before_message_id and fork_through_turn_id are mutually exclusive"
-        )
-    if not fork_transcript:
-        raise InvalidInputError("fork_through_turn_id requires fork_transcript=True")
-    return turn_id
+        if through_turn_id is not None:
+            await refuse_fork_through_turn(uow, parent_key, through_turn_id)
+        return await branch_session(uow, parent_key, child_key, **options)
 
 
 def entry_turn_id(entry: TranscriptEntry) -> str | None:
@@ -135,15 +83,12 @@ def entry_turn_id(entry: TranscriptEntry) -> str | None:
     return (value.strip() or None) if isinstance(value, str) else None
 
 
-async def refuse_fork_through_turn(
-    storage: SessionStorage, parent_session_key: str, turn_id: str
-) -> None:
+async def refuse_fork_through_turn(uow: UnitOfWork, key: CanonicalKey, turn_id: str) -> None:
     """A fork through a turn needs the turn's terminal outcome, which upstream reads from
     its agent tasks, a table this store does not have: after the checks that need only the
     five tables (the parent exists, its canonical transcript is complete, some row belongs
     to the turn) it is refused, before anything is written (docs/semantics.md#branching)."""
-    key = canonicalize_session_key(parent_session_key)
-    async with storage.uow.snapshot() as tx:
+    async with uow.snapshot() as tx:
         parent = await tx.sessions.get(key)
         if parent is None:
             raise SessionNotFoundError(f"Parent session not found: {key}")
@@ -163,16 +108,10 @@ async def refuse_fork_through_turn(
 
 
 async def branch_session(
-    storage: SessionStorage,
-    parent_session_key: str,
-    child_session_key: str,
-    *,
-    status: SessionStatus | str = SessionStatus.RUNNING,
-    fork: ForkMode = "none",
-    before_message_id: str | None = None,
-    max_fork_tokens: int | None = None,
-    session_id: str | None = None,
-    display_name: str | None = None,
+    uow: UnitOfWork,
+    key: CanonicalKey,
+    child_key: CanonicalKey,
+    **options: Unpack[BranchOptions],
 ) -> SessionNode:
     """Create the child session in one write transaction (see the module docstring).
 
@@ -180,28 +119,22 @@ async def branch_session(
     free (``SessionIdInUseError``). ``MessageNotFoundError`` before any write when a prefix
     fork's ``before_message_id`` is not in the parent's canonical transcript.
     """
-    child_key = require_session_key(child_session_key)
-    child_status = member(SessionStatus, status).value
-    if fork not in get_args(ForkMode):
-        raise InvalidInputError(f"fork must be one of {', '.join(get_args(ForkMode))}")
-    check_optional_text("before_message_id", before_message_id, identifier=True)
-    check_optional_integer("max_fork_tokens", max_fork_tokens)
-    key = canonicalize_session_key(parent_session_key)
+    fork = options.get("fork", "none")
     now = now_ms()
-    uow = storage.uow
     child: SessionNode | None = None
     try:
         async with uow.write() as tx:
             parent = await tx.sessions.get(key, lock="share")
             if parent is None:
                 raise SessionNotFoundError(f"Parent session not found: {key}")
-            child = child_of(parent, child_key, child_status, now)
-            child.display_name = display_name
-            if session_id is not None:
+            status = options.get("status", SessionStatus.RUNNING.value)
+            child = child_of(parent, child_key, status, now)
+            child.display_name = options.get("display_name")
+            if (session_id := options.get("session_id")) is not None:
                 child.session_id = session_id
-            child = storage.canonical_node(child)
             await tx.sessions.claim_generation(child.session_id, child.session_key)
-            await _fill(tx, parent, child, fork, before_message_id, max_fork_tokens)
+            before, budget = options.get("before_message_id"), options.get("max_fork_tokens")
+            await _fill(tx, parent, child, fork, before, budget)
     except IntegrityViolationError as exc:
         if child is None:
             raise

@@ -1,5 +1,10 @@
 """Session lifecycle: create, get-or-create, intents, update, resume, finish.
 
+The manager's session calls: each checks its arguments here (the manager's front-door
+checks), then runs the session-row use cases of ``sessions.py`` on the unit of work it is
+given: one unit per call (``get_or_create`` and ``apply_intent`` on a missing key: a read,
+then the create; ``RESET_SAME_KEY`` on an existing key: the read, then the reset).
+
 The rules for which fields a caller may set live here (docs/semantics.md#keys): identity,
 fencing and bookkeeping fields belong to the store; enum-valued fields are checked on
 every write; every value is checked in its column's domain by the models before any write.
@@ -11,16 +16,25 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from ..db.uow import UnitOfWork
 from ..errors import (
     InvalidInputError,
     ProtectedFieldError,
     SessionExistsError,
     SessionKeyConflictError,
 )
-from ..keys import canonicalize_session_key, normalize_agent_id, require_session_key
-from ..models import ChatType, QueueMode, SendPolicy, SessionIntent, SessionNode, SessionStatus
-from ..storage import SessionStorage
+from ..keys import CanonicalKey, canonicalize_session_key, normalize_agent_id, require_session_key
+from ..models import (
+    ChatType,
+    QueueMode,
+    SendPolicy,
+    SessionIntent,
+    SessionNode,
+    SessionStatus,
+)
+from ..models.reports import ResetReport
 from ..support.clock import now_ms
+from . import sessions
 from .generations import GenerationCache
 from .reset import Resets
 
@@ -109,60 +123,66 @@ def new_node(session_key: str, agent_id: str | None, fields: Mapping[str, Any]) 
 
 
 class Lifecycle:
-    """Creating, finding and changing session rows."""
+    """Creating, finding and changing session rows, remembered in the generation cache."""
 
-    def __init__(
-        self, storage: SessionStorage, generations: GenerationCache, resets: Resets
-    ) -> None:
-        self._storage = storage
+    def __init__(self, generations: GenerationCache, resets: Resets) -> None:
         self._generations = generations
         self._resets = resets
 
     async def create(
-        self, session_key: str, agent_id: str, fields: Mapping[str, Any]
+        self, uow: UnitOfWork, session_key: str, agent_id: str, fields: Mapping[str, Any]
     ) -> SessionNode:
         node = new_node(session_key, agent_id, fields)
-        if not await self._storage.create_session(node):
+        if not await sessions.create(uow, node):
             raise SessionExistsError(f"Session already exists: {node.session_key}")
         return self._generations.remember(node)
 
-    async def get(self, session_key: str) -> SessionNode | None:
-        node = await self._storage.get_session(session_key)
+    async def get(self, uow: UnitOfWork, session_key: str) -> SessionNode | None:
+        node = await sessions.get(uow, canonicalize_session_key(session_key))
         return self._generations.remember(node) if node is not None else None
 
     async def get_or_create(
-        self, session_key: str, agent_id: str, fields: Mapping[str, Any]
+        self, uow: UnitOfWork, session_key: str, agent_id: str, fields: Mapping[str, Any]
     ) -> tuple[SessionNode, bool]:
-        node = new_node(session_key, agent_id, fields)
+        return await self._get_or_create(uow, new_node(session_key, agent_id, fields))
+
+    async def _get_or_create(self, uow: UnitOfWork, node: SessionNode) -> tuple[SessionNode, bool]:
+        key = CanonicalKey(node.session_key)
         while True:
-            existing = await self._storage.get_session(node.session_key)
+            existing = await sessions.get(uow, key)
             if existing is not None:
                 return self._generations.remember(existing), False
-            if await self._storage.create_session(node):
+            if await sessions.create(uow, node):
                 return self._generations.remember(node), True
 
     async def apply_intent(
         self,
+        uow: UnitOfWork,
         session_key: str,
         intent: SessionIntent | str,
         agent_id: str,
         fields: Mapping[str, Any],
     ) -> tuple[SessionNode, bool]:
         intent = member(SessionIntent, intent)
-        node, created = await self.get_or_create(session_key, agent_id, fields)
+        node, created = await self._get_or_create(uow, new_node(session_key, agent_id, fields))
         if created:
             return node, True
         if intent is SessionIntent.NEW_CHAT:
             raise SessionKeyConflictError(f"session_key conflict: {node.session_key}")
         if intent is SessionIntent.RESET_SAME_KEY:
-            return (await self._resets.reset(node.session_key)).session, True
+            return (await self._resets.reset(uow, CanonicalKey(node.session_key))).session, True
         return node, False
 
-    async def resume(self, session_key: str) -> SessionNode:
-        key = canonicalize_session_key(session_key)
-        return await self._storage.update_session_fields(key, {"updated_at": now_ms()})
+    async def reset(self, uow: UnitOfWork, session_key: str) -> ResetReport:
+        return await self._resets.reset(uow, canonicalize_session_key(session_key))
 
-    async def update(self, session_key: str, fields: Mapping[str, Any]) -> SessionNode:
+    async def resume(self, uow: UnitOfWork, session_key: str) -> SessionNode:
+        key = canonicalize_session_key(session_key)
+        return await sessions.update_fields(uow, key, {"updated_at": now_ms()})
+
+    async def update(
+        self, uow: UnitOfWork, session_key: str, fields: Mapping[str, Any]
+    ) -> SessionNode:
         key = canonicalize_session_key(session_key)
         _check_field_names(fields)
         protected = set(fields) & PROTECTED_FIELDS
@@ -180,8 +200,11 @@ class Lifecycle:
             if values.get(lineage):
                 values[lineage] = canonicalize_session_key(values[lineage])
         values["updated_at"] = now_ms()
-        return await self._storage.update_session_fields(key, values)
+        return await sessions.update_fields(uow, key, values)
 
-    async def finish(self, session_key: str, status: SessionStatus | str) -> SessionNode:
+    async def finish(
+        self, uow: UnitOfWork, session_key: str, status: SessionStatus | str
+    ) -> SessionNode:
+        key = canonicalize_session_key(session_key)
         value = member(SessionStatus, status).value
-        return await self._storage.finish_session(session_key, value, now_ms())
+        return await sessions.finish(uow, key, value, now_ms())

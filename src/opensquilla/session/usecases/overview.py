@@ -1,7 +1,8 @@
 """Operator tasks behind the command line: schema status and moves, store statistics.
 
-Each takes a DSN (or an open storage) and returns plain data; printing is the caller's job.
-Schema commands open the database *without* migrating it, so ``current`` and ``check``
+Each takes a DSN (or the unit of work and the archive place of an open store) and returns
+plain data; printing is the caller's job. Schema commands open the database *without*
+migrating it (the engine's lifecycle, ``db/lifecycle.py``), so ``current`` and ``check``
 report the database as it is.
 """
 
@@ -14,8 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..db import migrate
+from ..db.lifecycle import StorageLifecycle
 from ..db.migrate import RevisionInfo as RevisionInfo
+from ..db.uow import UnitOfWork
 from ..errors import MigrationError
+from ..fs.archive_place import ArchivePlace
 from ..fs.reset_archive import (
     RecoveredArchive,
     StagedArchive,
@@ -23,14 +27,13 @@ from ..fs.reset_archive import (
     staged_archives,
 )
 from ..models.reports import StoreCounts
-from ..storage import SessionStorage
 
 
 @contextlib.asynccontextmanager
-async def unmigrated(dsn: str, *, create: bool = True) -> AsyncIterator[SessionStorage]:
-    """A storage on ``dsn`` whose schema is left exactly as it is; with ``create=False`` a
+async def unmigrated(dsn: str, *, create: bool = True) -> AsyncIterator[StorageLifecycle]:
+    """An engine on ``dsn`` whose schema is left exactly as it is; with ``create=False`` a
     missing SQLite file is ``DatabaseNotFoundError`` (nothing is created)."""
-    storage = SessionStorage(dsn, create=create)
+    storage = StorageLifecycle(dsn, create=create)
     await storage.connect_without_migrating()
     try:
         yield storage
@@ -174,31 +177,38 @@ class StoreStats:
     reset_archives_lost: int = 0
 
 
-async def archive_report(storage: SessionStorage) -> ArchiveReport:
-    """The reset archives of :class:`ArchiveReport` (for ``stats`` and ``repair list``)."""
-    staged = await asyncio.to_thread(staged_archives, storage.archive_directory())
-    return ArchiveReport(tuple(staged), storage.recovered_archives, storage.archive_store_tag)
+async def archive_report(
+    place: ArchivePlace, recovered: tuple[RecoveredArchive, ...]
+) -> ArchiveReport:
+    """The reset archives of :class:`ArchiveReport` (for ``stats`` and ``repair list``):
+    the staged files in ``place``'s directory now, and those the store's start settled
+    (``recovered``). No unit of work: the files are read, not the database."""
+    staged = await asyncio.to_thread(staged_archives, place.directory())
+    return ArchiveReport(tuple(staged), recovered, place.tag)
 
 
-async def collect_stats(storage: SessionStorage) -> StoreStats:
-    """Row counts of the store, plus its reset archives: its files in the archive directory
-    on this machine, and its ``session_archives`` rows."""
-    async with storage.uow.snapshot() as tx:
+async def collect_stats(
+    uow: UnitOfWork, place: ArchivePlace, recovered: tuple[RecoveredArchive, ...], lost: int
+) -> StoreStats:
+    """Row counts of the store (one snapshot), plus its reset archives: its files in the
+    archive directory on this machine, its ``session_archives`` rows, those its start
+    ``recovered`` and the ``lost`` count of resets that went on without one."""
+    async with uow.snapshot() as tx:
         counts = await tx.overview.store_counts()
         rows, row_bytes = await tx.archives.totals()
-    directory = storage.archive_directory()
-    found = await asyncio.to_thread(published_archives, directory, storage.archive_store_tag)
+    directory = place.directory()
+    found = await asyncio.to_thread(published_archives, directory, place.tag)
     return StoreStats(
         counts,
         directory,
         found.files,
         found.size,
-        await archive_report(storage),
-        storage.archive_store,
+        await archive_report(place, recovered),
+        place.store,
         found.other_files,
         rows,
         row_bytes,
-        storage.lost_reset_archives,
+        lost,
     )
 
 

@@ -1,7 +1,8 @@
 """Reset: a new generation of a session key, with the old one archived to a file, or to a
 row of ``session_archives`` (docs/semantics.md#reset and #reset-archive).
 
-One write transaction, guarded by compare-and-set on key, session id and epoch: the epoch
+One write transaction (one unit of work), which reads and locks the row it renews (a caller
+holding a generation may make it a compare-and-set on session id and epoch): the epoch
 bump, identity rotation and counter reset, deletion of the old generation's transcript,
 compacted archive and summaries, and invalidation of the key's context states. Inside it,
 before anything is deleted, the old generation (read in the same transaction, so exactly
@@ -24,26 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..db.generations import generation_guard
-from ..db.uow import Transaction
+from ..db.uow import Transaction, UnitOfWork
 from ..errors import ArchiveWriteError, SessionNotFoundError, StaleEpochError
+from ..fs.archive_place import ArchivePlace
 from ..fs.files import StagedFile
 from ..fs.reset_archive import archivable, stage_reset_archive
-from ..keys import canonicalize_session_key
-from ..models import (
-    CANONICAL_FORK_PROOF_SCHEMA_VERSION,
-    GenerationSnapshot,
-    SessionNode,
-    check_integer,
-    check_millis,
-    check_session_id,
-    check_text,
-)
+from ..keys import CanonicalKey
+from ..models import CANONICAL_FORK_PROOF_SCHEMA_VERSION, GenerationSnapshot, SessionNode
 from ..models.reports import DeletionPreview, ResetReport
-from ..storage import SessionStorage
 from ..support.clock import new_session_id, now_ms
 from .generations import GenerationCache
 from .session_archive import archive_text, insert_archive, read_generation
@@ -52,14 +46,15 @@ from .session_archive import archive_text, insert_archive, read_generation
 log = logging.getLogger("opensquilla.session.manager")
 
 _SETTLE_READS = 3
-_RESET_ATTEMPTS = 5
 
 
 @dataclass
 class ResetArchive:
-    """Where the reset transaction put the old generation's archive: a staged file (for the
-    caller to publish or settle), or the id of its ``session_archives`` row."""
+    """Where the reset transaction puts the old generation's archive (``place``), and where
+    it put it: a staged file (for the caller to publish or settle), or the id of its
+    ``session_archives`` row."""
 
+    place: ArchivePlace
     staged: list[StagedFile] = field(default_factory=list)
     stored_id: int | None = None
     error: str | None = None  # why the archive could not be written (the reset went on)
@@ -105,18 +100,21 @@ def next_generation_values(current: SessionNode, session_id: str, now: int) -> d
 
 
 async def start_generation(
-    storage: SessionStorage,
-    session_key: str,
+    uow: UnitOfWork,
+    key: CanonicalKey,
     *,
-    expected_session_id: str,
-    expected_epoch: int,
+    expected_session_id: str | None = None,
+    expected_epoch: int | None = None,
     new_session_id: str,
     now: int,
     archive: ResetArchive | None = None,
     archive_required: bool = False,
-) -> SessionNode:
-    """The reset transaction: compare-and-set on key, session id and epoch
-    (``StaleEpochError`` if another writer got there first), then the new generation.
+) -> tuple[SessionNode, SessionNode]:
+    """The reset transaction, one unit of work: the row read and locked, then the new
+    generation; the old row and the new one. With ``expected_session_id`` and
+    ``expected_epoch``, a compare-and-set on them (``StaleEpochError`` if another writer
+    got there first); without, the generation found is the one renewed (a missing row:
+    ``SessionNotFoundError``).
 
     With ``archive``, the old generation (as this transaction sees it, so exactly what is
     deleted) is archived before anything is deleted: in the database store as a row of
@@ -126,14 +124,12 @@ async def start_generation(
     changes) and the file is published before the COMMIT (the caller settles it if the
     COMMIT fails).
     """
-    key = canonicalize_session_key(session_key)
-    check_text("expected_session_id", expected_session_id)
-    check_integer("expected_epoch", expected_epoch)
-    check_session_id("new_session_id", new_session_id)
-    check_millis("now", now)
-    uow = storage.uow
     async with generation_guard(uow, new_session_id, None), uow.write() as tx:
         current = await tx.sessions.get(key, lock="update")
+        if expected_session_id is None:
+            if current is None:
+                raise SessionNotFoundError(f"Session not found: {key}")
+            expected_session_id, expected_epoch = current.session_id, current.epoch
         if (
             current is None
             or current.session_id != expected_session_id
@@ -153,12 +149,12 @@ async def start_generation(
         assert renewed is not None
         if archive is not None:
             snapshot = await _old_generation(tx, current)
-            if storage.archive_store == "database":
+            if archive.place.store == "database":
                 archive.stored_id = await _store_archive(
                     tx, snapshot, archive, required=archive_required
                 )
             else:
-                file = await _stage_archive(storage, snapshot, archive, required=archive_required)
+                file = await _stage_archive(snapshot, archive, required=archive_required)
                 if file is not None:
                     archive.staged.append(file)
         await tx.transcript.delete_all(old_id)
@@ -166,7 +162,7 @@ async def start_generation(
         await tx.states.invalidate(key, reason="session_reset")
         if archive_required and archive is not None and archive.staged:
             await _publish_required(archive.staged, current)
-    return renewed
+    return current, renewed
 
 
 async def _old_generation(tx: Transaction, old: SessionNode) -> GenerationSnapshot:
@@ -206,15 +202,13 @@ def _archive_failed(
 
 
 async def _stage_archive(
-    storage: SessionStorage, snapshot: GenerationSnapshot, archive: ResetArchive, *, required: bool
+    snapshot: GenerationSnapshot, archive: ResetArchive, *, required: bool
 ) -> StagedFile | None:
     """Write the old generation under a temporary name (see :func:`_archive_failed`)."""
+    place = archive.place
     try:
         return await stage_reset_archive(
-            snapshot,
-            directory=storage.archive_directory(),
-            now_ms=now_ms(),
-            store_tag=storage.archive_store_tag,
+            snapshot, directory=place.directory(), now_ms=now_ms(), store_tag=place.tag
         )
     except Exception as exc:
         _archive_failed(exc, snapshot.session, archive, required=required)
@@ -254,106 +248,113 @@ async def _publish_required(staged: list[StagedFile], old: SessionNode) -> None:
 class Resets:
     """Resetting sessions, with their archives staged, published or settled.
 
-    ``archive_required``: a reset whose archive cannot be written raises
+    A reset is one unit of work (the row read, locked and renewed in one transaction);
+    after a failure that may have committed, settling its staged archive reads the row in
+    units of its own. ``archive_required``: a reset whose archive cannot be written raises
     :class:`ArchiveWriteError` and changes nothing (upstream HEAD); by default the failure
-    is logged and the reset goes on (the contract).
+    is logged and the reset goes on (the contract), and ``archive_lost`` is called.
     """
 
     def __init__(
-        self, storage: SessionStorage, generations: GenerationCache, *, archive_required: bool
+        self,
+        generations: GenerationCache,
+        place: ArchivePlace,
+        *,
+        archive_required: bool,
+        archive_lost: Callable[[], None],
     ) -> None:
-        self._storage = storage
         self._generations = generations
+        self._place = place
         self._archive_required = archive_required
+        self._archive_lost = archive_lost
 
-    async def reset(self, session_key: str) -> ResetReport:
-        """Start a new generation; another writer's concurrent change makes the
-        compare-and-set fail, and the reset then re-reads and tries again."""
-        key = canonicalize_session_key(session_key)
-        for _ in range(_RESET_ATTEMPTS):
-            node = await self._generations.require(key)
-            archive = ResetArchive()
-            staged = archive.staged
-            renewed_id = new_session_id()
-            try:
-                renewed = await start_generation(
-                    self._storage,
-                    key,
-                    expected_session_id=node.session_id,
-                    expected_epoch=node.epoch,
-                    new_session_id=renewed_id,
-                    now=now_ms(),
-                    archive=archive,
-                    archive_required=self._archive_required,
-                )
-            except BaseException as exc:
-                if staged:
-                    await self._settle_archive(staged, key, renewed_id, refused=exc)
-                if isinstance(exc, StaleEpochError):
-                    continue
-                raise
-            # Committed: the archive is renamed into place even if this task is cancelled
-            # now (the shielded rename runs to its end; the cancellation still propagates).
-            path = await asyncio.shield(_publish_all(staged, key))
-            if archive.error is not None:
-                self._storage.count_lost_reset_archive()
-            return ResetReport(
-                self._generations.remember(renewed),
-                node.session_id,
-                path,
-                archive.stored_id,
-                archive.error,
+    async def reset(self, uow: UnitOfWork, key: CanonicalKey) -> ResetReport:
+        """Start a new generation of ``key`` (its current one, read in the reset's own
+        transaction)."""
+        archive = ResetArchive(self._place)
+        staged = archive.staged
+        renewed_id = new_session_id()
+        try:
+            old, renewed = await start_generation(
+                uow,
+                key,
+                new_session_id=renewed_id,
+                now=now_ms(),
+                archive=archive,
+                archive_required=self._archive_required,
             )
-        raise StaleEpochError(f"reset of {key} kept racing other writers; not applied")
+        except SessionNotFoundError:
+            self._generations.forget(key)
+            raise
+        except BaseException:
+            if staged:
+                await _settle_archive(uow, staged, key, renewed_id)
+            raise
+        # Committed: the archive is renamed into place even if this task is cancelled
+        # now (the shielded rename runs to its end; the cancellation still propagates).
+        path = await asyncio.shield(_publish_all(staged, key))
+        if archive.error is not None:
+            self._archive_lost()
+        return ResetReport(
+            self._generations.remember(renewed),
+            old.session_id,
+            path,
+            archive.stored_id,
+            archive.error,
+        )
 
-    async def _settle_archive(
-        self, staged: list[StagedFile], key: str, renewed_id: str, *, refused: BaseException
-    ) -> None:
-        """After a reset raised, keep its staged archive exactly when the reset committed.
 
-        A cancellation or a lost connection can arrive while the COMMIT is already on its
-        way; then the old generation is gone from the database and the archive is its only
-        copy. So the row decides: the new identity means publish, the old one means discard,
-        and no answer means keep the staged file where it is.
-        """
-        committed: bool | None = False
-        if not isinstance(refused, StaleEpochError):
-            committed = None
-            # The first read may meet the connection the cancellation is still tearing
-            # down; a few tries, before the outcome is declared unknown.
-            for attempt in range(_SETTLE_READS):
-                try:
-                    row = await asyncio.shield(self._storage.get_session(key))
-                except Exception:
-                    log.debug("reading %s to settle its reset archive failed", key, exc_info=True)
-                    await asyncio.sleep(0.05 * (attempt + 1))
-                    continue
-                committed = row is not None and row.session_id == renewed_id
-                break
-        for file in staged:
-            if committed is None:
-                # Unlocked, so that the next start of the store settles it (publishes it
-                # if the reset committed after all, discards it if not).
-                file.release()
-                log.warning(
-                    "reset of %s failed and its outcome is unknown; its archive is kept at %s",
-                    key,
-                    file.path,
-                    extra={"session_key": key, "operation": "reset"},
-                )
-            elif committed:
-                await asyncio.shield(_publish_archive(file, key))
-            else:
-                await asyncio.to_thread(file.discard)
+async def _settle_archive(
+    uow: UnitOfWork, staged: list[StagedFile], key: str, renewed_id: str
+) -> None:
+    """After a reset raised, keep its staged archive exactly when the reset committed.
 
-    async def preview(self, session_key: str) -> DeletionPreview:
-        """What :meth:`reset` would delete (and invalidate) now; nothing is changed."""
-        key = canonicalize_session_key(session_key)
-        async with self._storage.uow.snapshot() as tx:
-            node = await tx.sessions.get(key)
-            if node is None:
-                raise SessionNotFoundError(f"Session not found: {key}")
-            return await tx.overview.preview_reset(key, node.session_id)
+    A cancellation or a lost connection can arrive while the COMMIT is already on its
+    way; then the old generation is gone from the database and the archive is its only
+    copy. So the row decides: the new identity means publish, the old one means discard,
+    and no answer means keep the staged file where it is.
+    """
+    committed: bool | None = None
+    # The first read may meet the connection the cancellation is still tearing
+    # down; a few tries, before the outcome is declared unknown.
+    for attempt in range(_SETTLE_READS):
+        try:
+            row = await asyncio.shield(_current_row(uow, key))
+        except Exception:
+            log.debug("reading %s to settle its reset archive failed", key, exc_info=True)
+            await asyncio.sleep(0.05 * (attempt + 1))
+            continue
+        committed = row is not None and row.session_id == renewed_id
+        break
+    for file in staged:
+        if committed is None:
+            # Unlocked, so that the next start of the store settles it (publishes it
+            # if the reset committed after all, discards it if not).
+            file.release()
+            log.warning(
+                "reset of %s failed and its outcome is unknown; its archive is kept at %s",
+                key,
+                file.path,
+                extra={"session_key": key, "operation": "reset"},
+            )
+        elif committed:
+            await asyncio.shield(_publish_archive(file, key))
+        else:
+            await asyncio.to_thread(file.discard)
+
+
+async def preview(uow: UnitOfWork, key: CanonicalKey) -> DeletionPreview:
+    """What a reset would delete (and invalidate) now; nothing is changed."""
+    async with uow.snapshot() as tx:
+        node = await tx.sessions.get(key)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return await tx.overview.preview_reset(key, node.session_id)
+
+
+async def _current_row(uow: UnitOfWork, key: str) -> SessionNode | None:
+    async with uow.read() as tx:
+        return await tx.sessions.get(key)
 
 
 async def _publish_all(staged: list[StagedFile], key: str) -> Path | None:

@@ -8,10 +8,12 @@ reset does both inside its transaction (``usecases/reset.py``); the archive is t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
 from pathlib import Path
+from typing import Any
 
-from ..db.uow import Transaction
+from ..db.uow import Transaction, UnitOfWork
+from ..fs.archive_place import ArchivePlace
 from ..fs.reset_archive import (
     RESET_REASON,
     archivable,
@@ -19,15 +21,8 @@ from ..fs.reset_archive import (
     document_text,
     write_archive,
 )
-from ..models import (
-    GenerationSnapshot,
-    SessionNode,
-    SessionSummary,
-    TranscriptEntry,
-    check_instance,
-    check_instances,
-)
-from ..storage import SessionStorage
+from ..keys import CanonicalKey
+from ..models import GenerationSnapshot, SessionNode, SessionSummary, StoredArchive, TranscriptEntry
 from ..support.clock import now_ms
 
 ArchiveContents = tuple[list[TranscriptEntry], list[SessionSummary]]
@@ -42,10 +37,9 @@ async def read_generation(tx: Transaction, session_id: str) -> ArchiveContents:
     )
 
 
-async def capture_session_archive(storage: SessionStorage, node: SessionNode) -> ArchiveContents:
+async def capture_session_archive(uow: UnitOfWork, node: SessionNode) -> ArchiveContents:
     """What a reset would archive of ``node.session_id`` now, read from one snapshot."""
-    check_instance("node", node, SessionNode)
-    async with storage.uow.snapshot() as tx:
+    async with uow.snapshot() as tx:
         return await read_generation(tx, node.session_id)
 
 
@@ -70,29 +64,34 @@ async def insert_archive(tx: Transaction, snapshot: GenerationSnapshot, text: st
 
 
 async def write_session_archive(
-    storage: SessionStorage,
-    node: SessionNode,
-    entries: Sequence[TranscriptEntry],
-    summaries: Sequence[SessionSummary],
+    uow: UnitOfWork, place: ArchivePlace, snapshot: GenerationSnapshot
 ) -> Path | int | None:
-    """Write the archive of ``node`` with ``entries`` and ``summaries`` where ``storage``
-    keeps archives: the file (any failure removes the temporary file and raises), or the id
-    of the ``session_archives`` row. Nothing (and ``None``) when both are empty."""
-    snapshot = GenerationSnapshot(
-        session=check_instance("node", node, SessionNode),
-        transcript=check_instances("entries", entries, TranscriptEntry),
-        summaries=check_instances("summaries", summaries, SessionSummary),
-    )
+    """Write the archive of ``snapshot`` where ``place`` says: the file (any failure removes
+    the temporary file and raises), or the id of the ``session_archives`` row. Nothing (and
+    ``None``) when it holds nothing."""
     now = now_ms()
-    if storage.archive_store == "files":
+    if place.store == "files":
         return await write_archive(
-            snapshot,
-            directory=storage.archive_directory(),
-            now_ms=now,
-            store_tag=storage.archive_store_tag,
+            snapshot, directory=place.directory(), now_ms=now, store_tag=place.tag
         )
     if not archivable(snapshot):
         return None
     text = await archive_text(snapshot, now)
-    async with storage.uow.write() as tx:
+    async with uow.write() as tx:
         return await insert_archive(tx, snapshot, text, now)
+
+
+async def list_archives(
+    uow: UnitOfWork, key: CanonicalKey | None, limit: int | None
+) -> list[StoredArchive]:
+    """The archives in the database, oldest first: all, or those of ``key``; at most
+    ``limit``."""
+    async with uow.read() as tx:
+        return await tx.archives.list_archives(key, limit)
+
+
+async def read_archive(uow: UnitOfWork, archive_id: int) -> dict[str, Any] | None:
+    """The archive document of row ``archive_id``, or ``None`` if there is no such row."""
+    async with uow.read() as tx:
+        text = await tx.archives.document(archive_id)
+    return None if text is None else json.loads(text)

@@ -3,44 +3,36 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, Literal, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Unpack
 
 from sqlalchemy import (
     Select,
-    Table,
-    Text,
     and_,
-    any_,
     bindparam,
     case,
-    delete,
-    exists,
     func,
     or_,
     select,
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.expression import BindParameter, ColumnElement
 
-from ...errors import InvalidInputError, SessionIdInUseError, StaleGenerationError
-from ...models import INT64_MAX, SessionNode
+from ...errors import InvalidInputError, StaleGenerationError
+from ...models import INT64_MAX, SessionListFilter, SessionNode
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
-from ..sql import chunks, insert_for, is_postgres
-from ..tables import (
-    OWNED_TABLES,
-    session_context_states,
-    session_summaries,
-    sessions,
-)
+from ..sql import chunks, insert_for
+from ..tables import sessions
+from .session_deletion import RETENTION_ORDER as RETENTION_ORDER
+from .session_deletion import SessionDeletion, _listed, _one_of
+from .session_deletion import owned_rows as owned_rows
+from .session_generations import SessionGenerations
+from .session_generations import generation_in_use as generation_in_use
 
 Lock = Literal["share", "update"] | None
 
 ACTIVITY_ORDER = (sessions.c.updated_at.desc(), sessions.c.session_key.desc())
-RETENTION_ORDER = (sessions.c.updated_at, sessions.c.created_at, sessions.c.session_key)
 
 
 @functools.cache
@@ -69,78 +61,6 @@ def _generation_checked_upsert(dialect_name: str) -> Any:
     )
 
 
-def owned_rows(
-    table: Table, keys: Any, session_ids: Any, *, sessions_deleted: bool = False
-) -> tuple[ColumnElement[bool], ...]:
-    """The rows of ``table`` that belong to the sessions ``keys`` (current generations
-    ``session_ids``), as disjoint conditions, one statement each (so that each is an index
-    probe; together, with an ``OR``, PostgreSQL would hash every session per statement).
-
-    ``keys`` and ``session_ids`` are lists, one-column selects or :func:`_listed` arrays.
-    A session owns every row stored under its key, of every generation (a legacy file or
-    an import can hold rows of an older one), and every row carrying its current session
-    id. Excepted is a row
-    that another session, one not among ``keys``, shows as its own: transcript, archive
-    and summaries are read by session id, context states by key. (Such a row can only
-    come from data written before session ids were unique; deleting one session must not
-    take it from the other.)
-
-    ``sessions_deleted``: the conditions run in this order, right after the session rows
-    of ``keys`` were deleted, in the same transaction: the second then needs neither to
-    exclude the first one's rows nor to exclude ``keys`` from the sessions it looks at
-    (fewer parameters: each is a value SQLAlchemy and the driver process).
-    """
-    if table is session_context_states:
-        mine, others, link = table.c.session_key, table.c.session_id, sessions.c.session_key
-        this_generation, other_rows = _one_of(mine, keys), _one_of(others, session_ids)
-    else:
-        mine, others, link = table.c.session_id, table.c.session_key, sessions.c.session_id
-        this_generation, other_rows = _one_of(mine, session_ids), _one_of(others, keys)
-    if sessions_deleted:
-        shown_elsewhere = exists().where(link == mine)
-        return this_generation, and_(other_rows, ~shown_elsewhere)
-    shown_elsewhere = exists().where(link == mine, sessions.c.session_key.not_in(keys))
-    return this_generation, and_(other_rows, ~this_generation, ~shown_elsewhere)
-
-
-def _listed(conn: AsyncConnection, values: Sequence[str]) -> Any:
-    """``values`` for :func:`_one_of`: on PostgreSQL one array parameter (``= ANY``), which
-    the driver and the planner take several times faster than hundreds of ``IN``
-    parameters; on SQLite the list itself."""
-    if is_postgres(conn):
-        return bindparam(None, list(values), type_=postgresql.ARRAY(Text))
-    return list(values)
-
-
-def _one_of(column: Any, values: Any) -> ColumnElement[bool]:
-    if isinstance(values, BindParameter):
-        return cast(ColumnElement[bool], column == any_(values))
-    return cast(ColumnElement[bool], column.in_(values))
-
-
-def _shown(text: str, limit: int = 120) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
-def generation_in_use(
-    session_id: str, holder: str, session_key: str | None, *, holder_is_session: bool = True
-) -> SessionIdInUseError:
-    """The error for ``session_key`` (``None``: a new generation) taking an id ``holder``
-    holds: as its current generation, or (``holder_is_session=False``) in rows stored
-    under that key."""
-    taker = f"session {_shown(session_key)}" if session_key is not None else "a new generation"
-    held = (
-        f"already belongs to session {_shown(holder)}"
-        if holder_is_session
-        else f"is already carried by rows stored under the key {_shown(holder)}"
-    )
-    return SessionIdInUseError(
-        f"session id {_shown(session_id)} {held}; {taker} cannot take it (a session id names "
-        "one generation of one session, and deleting or resetting a session removes every "
-        "row carrying it). Nothing was written"
-    )
-
-
 @functools.cache
 def _by_key(dialect_name: str, lock: Lock) -> Select[Any]:
     """The row of ``:session_key`` (the read of every call by key: built once per shape)."""
@@ -150,8 +70,18 @@ def _by_key(dialect_name: str, lock: Lock) -> Select[Any]:
     return query if lock is None else query.with_for_update(read=lock == "share")
 
 
-class SessionRepository:
-    """Statements on ``sessions``, on the connection of one unit of work; never commits."""
+def _filtered(query: Select[Any], filters: Mapping[str, object]) -> Select[Any]:
+    """``query`` narrowed to the listing's filters (each one given and not ``None``)."""
+    for name, value in filters.items():
+        if value is not None:
+            query = query.where(sessions.c[name] == value)
+    return query
+
+
+class SessionRepository(SessionDeletion, SessionGenerations):
+    """Statements on ``sessions``, on the connection of one unit of work; never commits
+    (deletion and retention: ``session_deletion.py``; generation ids:
+    ``session_generations.py``)."""
 
     __slots__ = ("conn",)
 
@@ -260,24 +190,9 @@ class SessionRepository:
         return to_model(SessionNode, row, self.conn.dialect.name) if row is not None else None
 
     async def list_sessions(
-        self,
-        *,
-        agent_id: str | None,
-        status: str | None,
-        spawned_by: str | None,
-        parent_session_key: str | None,
-        limit: int | None,
-        offset: int,
+        self, *, limit: int | None, offset: int, **filters: Unpack[SessionListFilter]
     ) -> list[SessionNode]:
-        query = select_rows(sessions, self.conn)
-        if agent_id is not None:
-            query = query.where(sessions.c.agent_id == agent_id)
-        if status is not None:
-            query = query.where(sessions.c.status == status)
-        if spawned_by is not None:
-            query = query.where(sessions.c.spawned_by == spawned_by)
-        if parent_session_key is not None:
-            query = query.where(sessions.c.parent_session_key == parent_session_key)
+        query = _filtered(select_rows(sessions, self.conn), filters)
         query = query.order_by(*ACTIVITY_ORDER).offset(offset)
         if limit is not None:
             query = query.limit(limit)
@@ -310,103 +225,14 @@ class SessionRepository:
             )
         return int(value) if value is not None else None
 
-    async def oldest_keys(self, limit: int, *, updated_before: int | None = None) -> list[str]:
-        """Keys in retention order (least recently updated first)."""
-        query = select(sessions.c.session_key)
-        if updated_before is not None:
-            query = query.where(sessions.c.updated_at < updated_before)
-        query = query.order_by(*RETENTION_ORDER).limit(limit)
-        return list((await self.conn.execute(query)).scalars())
-
-    async def delete_cascade(
-        self, keys: Sequence[str], *, updated_before: int | None = None
-    ) -> list[str]:
-        """Delete sessions and everything they own (:func:`owned_rows`); returns the keys
-        actually deleted.
-
-        The session rows go first: on Postgres that locks them, so an append or branch racing
-        this delete either committed before (and its rows are deleted here too) or finds the
-        session gone. ``updated_before`` re-checks staleness inside the transaction.
-        """
-        if not keys:
-            return []
-        stmt = delete(sessions).where(_one_of(sessions.c.session_key, _listed(self.conn, keys)))
-        if updated_before is not None:
-            stmt = stmt.where(sessions.c.updated_at < updated_before)
-        rows = (
-            await self.conn.execute(stmt.returning(sessions.c.session_key, sessions.c.session_id))
-        ).all()
-        if not rows:
-            return []
-        deleted_keys = [row.session_key for row in rows]
-        session_ids = [row.session_id for row in rows]
-        listed_keys, listed_ids = _listed(self.conn, deleted_keys), _listed(self.conn, session_ids)
-        for table in OWNED_TABLES:
-            # Summaries have no index on session_key, so that test scans the table: a list of
-            # parameters is hashed once per statement there, an array searched row by row.
-            keys = deleted_keys if table is session_summaries else listed_keys
-            for owned in owned_rows(table, keys, listed_ids, sessions_deleted=True):
-                await self.conn.execute(delete(table).where(owned))
-        return deleted_keys
-
-    async def generation_claimant(self, session_id: str, session_key: str | None) -> str | None:
-        """A session key other than ``session_key`` that already holds ``session_id``: the
-        key of the session whose generation it is, or of any row stored under it; ``None``
-        when the id is free for ``session_key``. One statement, an index probe per table."""
-        probes = []
-        for table in (sessions, *OWNED_TABLES):
-            probe = select(table.c.session_key).where(table.c.session_id == session_id)
-            if session_key is not None:
-                probe = probe.where(table.c.session_key != session_key)
-            probes.append(probe.limit(1).scalar_subquery())
-        claimant = (await self.conn.execute(select(func.coalesce(*probes)))).scalar_one_or_none()
-        return str(claimant) if claimant is not None else None
-
-    async def generation_owner(self, session_id: str) -> str | None:
-        """The key of the session whose current generation is ``session_id``, if any."""
-        query = select(sessions.c.session_key).where(sessions.c.session_id == session_id).limit(1)
-        owner = (await self.conn.execute(query)).scalar_one_or_none()
-        return str(owner) if owner is not None else None
-
-    async def claim_generation(self, session_id: str, session_key: str | None) -> None:
-        """Refuse (``SessionIdInUseError``) to give ``session_key`` a session id that another
-        key already holds (:func:`generation_claimant`). Inside the writing transaction, before
-        anything is written; the unique index on ``sessions.session_id`` backs it against a
-        concurrent writer (``db/generations.py`` translates that violation into the same error)."""
-        claimant = await self.generation_claimant(session_id, session_key)
-        if claimant is not None:
-            owner = await self.generation_owner(session_id)
-            if owner is not None and owner != session_key:
-                raise generation_in_use(session_id, owner, session_key)
-            raise generation_in_use(session_id, claimant, session_key, holder_is_session=False)
-
-    async def check_row_generation(self, session_id: str, session_key: str) -> None:
-        """Refuse a row stored under ``session_key`` that carries the session id of another
-        session: it would show up in that session's transcript, and go when it is deleted."""
-        owner = await self.generation_owner(session_id)
-        if owner is not None and owner != session_key:
-            raise SessionIdInUseError(
-                f"session id {_shown(session_id)} belongs to session {_shown(owner)}; a row of "
-                f"session {_shown(session_key)} cannot carry it. Nothing was written"
-            )
-
     # -- keyset pages --------------------------------------------------------------------
 
     async def list_page(
-        self,
-        *,
-        after: tuple[int, str] | None,
-        agent_id: str | None,
-        status: str | None,
-        limit: int,
+        self, *, after: tuple[int, str] | None, limit: int, **filters: Unpack[SessionListFilter]
     ) -> list[SessionNode]:
         """At most ``limit`` sessions in listing order (:data:`ACTIVITY_ORDER`), strictly
         after the position ``after`` = ``(updated_at, session_key)`` when given."""
-        query = select_rows(sessions, self.conn)
-        if agent_id is not None:
-            query = query.where(sessions.c.agent_id == agent_id)
-        if status is not None:
-            query = query.where(sessions.c.status == status)
+        query = _filtered(select_rows(sessions, self.conn), filters)
         if after is not None:
             query = query.where(
                 tuple_(sessions.c.updated_at, sessions.c.session_key) < tuple_(*after)

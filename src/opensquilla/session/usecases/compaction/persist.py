@@ -1,7 +1,7 @@
 """Storing a summary the caller already has (``persist_compaction_result``): the positional
 path of docs/semantics.md#persist, or against a captured source
 (docs/semantics.md#compaction-source). Both commit through
-:func:`.compaction_commit.rewrite_compacted_session`, which re-checks the transcript inside
+:func:`.commit.rewrite_compacted_session`, which re-checks the transcript inside
 its write transaction."""
 
 from __future__ import annotations

@@ -1,0 +1,134 @@
+"""How the schema is compared with the code's metadata: the hooks every migration context
+gets (from the command line or from code), and what is, or is not, drift (``migrate.check``
+reports it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic.runtime.migration import MigrationContext
+
+from .base import Base
+from .schema_policy import record_revision_policy
+from .tables import OUR_TABLES
+from .version_table import version_options
+
+# The PostgreSQL search objects of revision 0003, which the metadata does not declare: a
+# column and indexes only one backend has (SQLite's FTS5 tables are not ours to compare).
+SEARCH_OBJECTS = frozenset(
+    {
+        "search_vector",
+        "ix_transcript_entries_search_vector",
+        "ix_transcript_entries_content_trgm",
+        "ix_compacted_transcript_entries_search_vector",
+        "ix_compacted_transcript_entries_content_trgm",
+    }
+)
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Only our five tables: the rest of opensquilla keeps its own tables in the same file.
+    The search objects of revision 0003 are not modelled (they belong to one backend each)."""
+    if name in SEARCH_OBJECTS:
+        return False
+    if type_ == "table":
+        return name in OUR_TABLES
+    table = getattr(obj, "table", None)
+    return table is None or table.name in OUR_TABLES
+
+
+# SQLite stores values by type *affinity*: a legacy ``INTEGER`` column holds what our
+# ``BIGINT`` or ``BOOLEAN`` would, and ``TEXT`` holds our ``JSON``. Such pairs are not drift.
+_SQLITE_AFFINITY = {
+    "INTEGER": "INTEGER",
+    "BIGINT": "INTEGER",
+    "SMALLINT": "INTEGER",
+    "BOOLEAN": "INTEGER",
+    "TEXT": "TEXT",
+    "VARCHAR": "TEXT",
+    "JSON": "TEXT",
+    "REAL": "REAL",
+    "FLOAT": "REAL",
+    "DOUBLE": "REAL",
+    "DOUBLE PRECISION": "REAL",
+}
+
+
+def _affinity(type_: Any, dialect: Any) -> str | None:
+    try:
+        name = str(type_.compile(dialect=dialect)).split("(")[0].strip().upper()
+    except Exception:
+        return None
+    return _SQLITE_AFFINITY.get(name)
+
+
+def compare_type(
+    context: MigrationContext,
+    inspected_column: Any,
+    metadata_column: Any,
+    inspected_type: Any,
+    metadata_type: Any,
+) -> bool | None:
+    """Alembic hook: on SQLite, equal type affinity is no difference; else the default."""
+    dialect = context.dialect
+    if dialect.name != "sqlite":
+        return None
+    left, right = _affinity(inspected_type, dialect), _affinity(metadata_type, dialect)
+    if left is not None and left == right:
+        return False
+    return None
+
+
+def drop_sqlite_pk_nullability(context: MigrationContext, revision: Any, directives: Any) -> None:
+    """Legacy SQLite tables declare ``TEXT PRIMARY KEY`` / ``INTEGER PRIMARY KEY`` without
+    ``NOT NULL`` (a rowid alias can never be NULL); such a difference is not drift."""
+    if context.dialect.name != "sqlite" or not directives:
+        return
+    upgrade_ops = directives[0].upgrade_ops
+    kept = []
+    for table_ops in upgrade_ops.ops:
+        table = Base.metadata.tables.get(getattr(table_ops, "table_name", ""))
+        inner = getattr(table_ops, "ops", None)
+        if table is not None and inner is not None:
+            table_ops.ops = [
+                op
+                for op in inner
+                if not (
+                    getattr(op, "modify_nullable", None) is not None
+                    and getattr(op, "modify_type", None) is None
+                    and op.column_name in table.c
+                    and table.c[op.column_name].primary_key
+                )
+            ]
+            if not table_ops.ops:
+                continue
+        kept.append(table_ops)
+    upgrade_ops.ops = kept
+
+
+def context_options(dialect_name: str, schema: str | None) -> dict[str, Any]:
+    """Options every migration context gets, from the CLI or from code."""
+    return {
+        **version_options(schema),
+        "target_metadata": Base.metadata,
+        "render_as_batch": dialect_name == "sqlite",
+        "include_object": include_object,
+        "compare_type": compare_type,
+        "process_revision_directives": drop_sqlite_pk_nullability,
+        "on_version_apply": record_revision_policy,
+    }
+
+
+def describe(diff: Any) -> str:
+    if isinstance(diff, tuple) and diff and isinstance(diff[0], str):
+        parts = [diff[0]]
+        for item in diff[1:]:
+            name = getattr(item, "name", None)
+            parts.append(str(name) if name is not None else str(item))
+        return " ".join(parts)
+    if isinstance(diff, list):
+        return "; ".join(describe(item) for item in diff)
+    return str(diff)
