@@ -193,20 +193,16 @@ async def _units(world: World, checkouts: CheckoutCounter, call: Call) -> int:
     return checkouts.count
 
 
-@pytest.mark.parametrize("case", list(MANAGER_CALLS))
-async def test_a_manager_call_opens_its_units_of_work(
-    case: str, manager: SessionManager, storage: SessionStorage, checkouts: CheckoutCounter
-) -> None:
-    call, units = MANAGER_CALLS[case]
-    world = await _world(manager, storage)
-    assert await _units(world, checkouts, call) == units
+CASES = {f"manager.{case}": MANAGER_CALLS[case] for case in MANAGER_CALLS} | {
+    f"storage.{case}": STORAGE_CALLS[case] for case in STORAGE_CALLS
+}
 
 
-@pytest.mark.parametrize("case", list(STORAGE_CALLS))
-async def test_a_storage_call_opens_one_unit_of_work(
+@pytest.mark.parametrize("case", list(CASES))
+async def test_a_call_opens_its_units_of_work(
     case: str, manager: SessionManager, storage: SessionStorage, checkouts: CheckoutCounter
 ) -> None:
-    call, units = STORAGE_CALLS[case]
+    call, units = CASES[case]
     world = await _world(manager, storage)
     assert await _units(world, checkouts, call) == units
 

@@ -279,15 +279,19 @@ async def _get_or_create_caller(
     errors: list[str] = []
     try:
         async with SessionStorage(target) as storage:
-            insert = storage.create_session
+            # The manager's get_or_create inserts through the session-row use case (this
+            # worker process's own module, patched for its life).
+            from opensquilla.session.usecases import sessions as session_rows
 
-            async def counted_insert(node: SessionNode) -> bool:
+            insert = session_rows.create
+
+            async def counted_insert(uow: Any, node: SessionNode) -> bool:
                 attempts[node.session_key] = attempts.get(node.session_key, 0) + 1
                 if node.session_key in colliding and attempts[node.session_key] == 1:
                     await _pass(collide, f"insert of {node.session_key}")
-                return await insert(node)
+                return await insert(uow, node)
 
-            storage.create_session = counted_insert  # type: ignore[method-assign]
+            session_rows.create = counted_insert
             manager = SessionManager(storage, inject_time_prefix=False)
             for key in keys:
                 await _pass(start, f"start of {key}")
