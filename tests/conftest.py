@@ -43,6 +43,8 @@ from .pg_pool import PostgresDatabases
 DATABASE_URL_ENV = "OPENSQUILLA_TEST_DATABASE_URL"
 SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"
 RUN_ALL_ENV = "OPENSQUILLA_TEST_ALL"
+# Session fixtures of tests/reliability/conftest.py that start processes: see _runs_here.
+POOLED_FIXTURES = frozenset({"spawn_pool", "sync_manager"})
 # Set before any storage is made, so that spawned workers inherit it too.
 os.environ.setdefault(SQLITE_SYNCHRONOUS_ENV, "OFF")
 
@@ -228,7 +230,9 @@ def _runs_here(item: pytest.Item, *, on_postgres: bool, run_all: bool) -> bool:
     other = "sqlite_only" if on_postgres else "postgres_only"
     if item.get_closest_marker(other) is not None:
         return False
-    if item.path.parent.name == "reliability":  # its process pool and barriers: one xdist worker
+    if POOLED_FIXTURES & set(getattr(item, "fixturenames", ())):
+        # The reliability suite's warm process pool and its barrier manager are made once
+        # per pytest process: the tests that use them share one xdist worker (and one pool).
         item.add_marker(pytest.mark.xdist_group("reliability"))
     once = item.get_closest_marker("once")
     if once is not None and not run_all:

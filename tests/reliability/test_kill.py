@@ -21,14 +21,15 @@ from opensquilla.session.errors import DatabaseError
 from . import workers
 from .support import HANG_GUARD, admin_dsn, database_name, raw_rows
 
-# A process killed mid-write: what reaches the disk is the point, so the store's own
-# durability (SQLite synchronous=FULL, the server's synchronous_commit) stays on.
-pytestmark = pytest.mark.durable
-
 KEY = "agent:main:survivor"
 KILLED_KEY = "agent:main:never-committed"
 
 
+# A process killed mid-write: what reaches the disk is the point, so the store's own
+# durability (SQLite synchronous=FULL, the server's synchronous_commit) stays on. The
+# connections terminated by the server below lose no commit of theirs (the server runs on):
+# they get the pooled databases.
+@pytest.mark.durable
 async def test_a_writer_killed_inside_its_transaction_leaves_no_trace(database: str) -> None:
     """A child process opens a write unit, writes a session and ~3 MB of transcript (more
     than SQLite's page cache, so pages reach the WAL uncommitted), tells us, and is killed
