@@ -47,10 +47,8 @@ from opensquilla.session.transfer.store import TransferStore
 from opensquilla.session.usecases import (
     branching,
     compaction_commit,
-    messages,
     reset,
     retention,
-    transcript,
 )
 from tests.helpers import table_snapshot
 
@@ -813,8 +811,6 @@ def _usecase_cases() -> list[Case]:
         "branch_status": lambda h, j: branching.branch_session(
             h.storage, h.key, h.fresh_key, status=j
         ),
-        "truncate_count": lambda h, j: transcript.truncate_transcript(h.storage, h.key, j, 1),
-        "truncate_now": lambda h, j: transcript.truncate_transcript(h.storage, h.key, 1, j),
         "rewrite_archive_count": lambda h, j: compaction_commit.rewrite_compacted_session(
             h.storage,
             h.key,
@@ -860,14 +856,6 @@ def _usecase_cases() -> list[Case]:
             archive_count=1,
             summary=None,
             now=1,
-        ),
-        "messages_remove_id": lambda h, j: messages.remove_message(h.storage, h.key, j),
-        "messages_remove_key": lambda h, j: messages.remove_message(h.storage, j, "m"),
-        "messages_turn_context": lambda h, j: messages.update_message_turn_context(
-            h.storage, h.key, h.entries[0].message_id, j
-        ),
-        "messages_turn_context_key": lambda h, j: messages.update_message_turn_context(
-            h.storage, j, h.entries[0].message_id, {"k": "v"}
         ),
         "prune_before": lambda h, j: retention.prune_stale(h.storage, j),
         "prune_batch": lambda h, j: retention.prune_stale(h.storage, 0, batch_size=j),
@@ -1046,33 +1034,14 @@ STORAGE_WRITES = {
 # manager's own wiring: ``Lifecycle``, ``Resets``, ``Transcripts``, ``Compactor``) are
 # reached through the manager methods above.
 USECASE_READS = {
-    "context.states",
-    "context_view.context_view",
-    "context.summaries",
-    "context.latest_summary",
     "repair.list_degraded",
     "repair.preimage",
     "retention.preview_prune",
     "retention.preview_cap",
     "overview.archive_report",
     "overview.collect_stats",
-    "reads.recent_transcript",
-    "reads.canonical_entry",
-    "reads.read_transcript",
-    "reads.count_by_key",
-    "reads.user_content_by_key",
-    "search.search",
-    "search.words",
-    "search.substrings",
-    "pages.canonical_page",
-    "pages.coverage",
     "compaction_source.capture_compaction_source",
     "session_archive.capture_session_archive",
-    "context.context_records",
-    "context_records.read_rolling_context",
-    "context.latest_state",
-    "prepared.prepare_intent",
-    "prepared.prepare_prefix_branch",
     # Reads and refuses, before branch's transaction (test_branching.py).
     "branching.refuse_fork_through_turn",
     # What the manager's write_session_archive runs (see MANAGER_READS above).
@@ -1081,17 +1050,12 @@ USECASE_READS = {
 USECASE_WRITES = {
     "reset.start_generation": "usecase_reset_new_id",
     "branching.branch_session": "usecase_branch_fork",
-    "transcript.truncate_transcript": "usecase_truncate_count",
     "compaction_commit.rewrite_compacted_session": "usecase_rewrite_summary",
     "retention.prune_stale": "usecase_prune_batch",
     "retention.cap_sessions": "usecase_cap_batch",
-    "messages.remove_message": "usecase_messages_remove_id",
-    "messages.update_message_turn_context": "usecase_messages_turn_context",
 }
 USECASE_BEHIND_MANAGER = {
     "branching.branch": "branch",
-    "context.save_state": "save_context_state",
-    "context.invalidate_states": "invalidate_context_states",
     "repair.mark_repair_status": "mark_compaction_repair_status",
     "repair.mark_flush_receipt_status": "mark_compaction_flush_receipt_status",
     # The shared run of a single flight: the write is compact_with_result's own commit.

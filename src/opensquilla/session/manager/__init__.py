@@ -16,7 +16,6 @@ from typing import Any, Unpack
 from ..compaction import CompactionConfig, CompactionResult, Summarizer
 from ..models import (
     CompactionSourceSnapshot,
-    ContextView,
     SessionIntent,
     SessionListCursor,
     SessionListPage,
@@ -28,7 +27,7 @@ from ..models import (
 from ..models.reports import DeletionPreview, ResetReport
 from ..observe import instrumented
 from ..storage import SessionStorage
-from ..usecases import context, overview, repair, retention
+from ..usecases import overview, repair, retention
 from ..usecases.compaction import Compactor
 from ..usecases.compaction_options import (
     CompactionOptions,
@@ -36,7 +35,6 @@ from ..usecases.compaction_options import (
     PersistSourceOptions,
 )
 from ..usecases.compaction_source import capture_compaction_source
-from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import Lifecycle
 from ..usecases.overview import ArchiveReport, StoreStats
@@ -85,7 +83,6 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
         self._resets = Resets(storage, self._generations, archive_required=archive_required)
         self._lifecycle = Lifecycle(storage, self._generations, self._resets)
         self._transcripts = Transcripts(
-            storage,
             self._generations,
             memory_sync_notify=memory_sync_notify,
             inject_time_prefix=inject_time_prefix,
@@ -207,22 +204,6 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
     async def archive(self, session_key: str) -> None:
         """A soft finish (status ``done``); nothing is moved or deleted."""
         await self._lifecycle.finish(session_key, SessionStatus.DONE)
-
-    # -- summaries and context states --------------------------------------------------
-
-    async def get_summaries(self, session_key: str) -> list[SessionSummary]:
-        """The current generation's compaction summaries, oldest first."""
-        return await context.summaries(self._storage, self._generations, session_key)
-
-    async def get_latest_summary(self, session_key: str) -> SessionSummary | None:
-        """The current generation's newest compaction summary, or ``None``."""
-        return await context.latest_summary(self._storage, self._generations, session_key)
-
-    async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
-        """What a prompt needs, from one snapshot: the latest summary and the newest live
-        messages that fit ``max_tokens`` with it, starting on a turn boundary (README,
-        "Reading a session")."""
-        return await context_view(self._storage, session_key, max_tokens)
 
     # -- retention ---------------------------------------------------------------------
 
@@ -350,9 +331,6 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
 
     async def preview_reset(self, session_key: str) -> DeletionPreview:
         return await self._resets.preview(session_key)
-
-    async def preview_truncate(self, session_key: str, max_messages: int = 20) -> DeletionPreview:
-        return await self._transcripts.preview_truncate(session_key, max_messages)
 
     async def preview_prune_stale(self, max_age_ms: int) -> DeletionPreview:
         return await retention.preview_prune(self._storage, retention.cutoff(max_age_ms))

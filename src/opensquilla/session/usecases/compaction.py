@@ -57,7 +57,7 @@ from .compaction_options import (
     refuse_unknown,
 )
 from .compaction_source import compaction_input, source_preimage
-from .context_records import RollingContext, read_rolling_context
+from .context.records import RollingContext, read_rolling_context
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.compactor")
@@ -210,7 +210,7 @@ class Compactor:
         async def read() -> tuple[SessionNode, list[TranscriptEntry], RollingContext | None]:
             async with entered(mutation_context):
                 node, live = await self._read(key)
-                return node, live, await read_rolling_context(self._storage, config, node)
+                return node, live, await read_rolling_context(self._storage.uow, config, node)
 
         chosen = summarizer if summarizer is not None else self._summarizer
         against_source = self._against_source(mutation_context)

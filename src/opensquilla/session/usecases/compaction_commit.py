@@ -23,7 +23,7 @@ from ..models import (
     check_record,
 )
 from ..storage import SessionStorage
-from .context_records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
+from .context.records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
 
 
 def portable_states(summary: SessionSummary, now: int) -> list[SessionContextState]:

@@ -17,14 +17,13 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from ..compaction.config import CompactionConfig
-from ..compaction.coverage import render_structured_summary
-from ..compaction.payload import StructuredSummaryV1
-from ..compaction.summary_replay import STRUCTURED_HEADER
-from ..db.uow import Transaction
-from ..models import SessionContextState, SessionNode, SessionSummary
-from ..storage import SessionStorage
-from ..support import clock
+from ...compaction.config import CompactionConfig
+from ...compaction.coverage import render_structured_summary
+from ...compaction.payload import StructuredSummaryV1
+from ...compaction.summary_replay import STRUCTURED_HEADER
+from ...db.uow import Transaction, UnitOfWork
+from ...models import SessionContextState, SessionNode, SessionSummary
+from ...support import clock
 
 PORTABLE_STATE_KIND = "structured_summary_v1"
 
@@ -174,13 +173,13 @@ class RollingContext:
 
 
 async def read_rolling_context(
-    storage: SessionStorage, config: CompactionConfig, node: SessionNode
+    uow: UnitOfWork, config: CompactionConfig, node: SessionNode
 ) -> RollingContext | None:
-    """What a compaction of ``node``'s generation replaces, read now; ``None`` (nothing
-    read) when ``config.rolling_checkpoints`` is off."""
+    """What a compaction of ``node``'s generation replaces, read now in one snapshot;
+    ``None`` (nothing read) when ``config.rolling_checkpoints`` is off."""
     if not config.rolling_checkpoints:
         return None
-    async with storage.uow.snapshot() as tx:
+    async with uow.snapshot() as tx:
         records = await read_context_records(tx, node.session_key, node.session_id, clock.now_ms())
     return RollingContext.of(records)
 
