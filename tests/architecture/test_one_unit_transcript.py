@@ -265,20 +265,16 @@ async def _counted(call: Call, world: World, checkouts: CheckoutCounter) -> int:
     return checkouts.count
 
 
-@pytest.mark.parametrize("name", sorted(MANAGER))
-async def test_a_manager_call_opens_its_units_of_work(
-    name: str, manager: SessionManager, storage: SessionStorage, checkouts: CheckoutCounter
-) -> None:
-    call, units = MANAGER[name]
-    world = await _prepared(manager, storage)
-    assert await _counted(call, world, checkouts) == units
+CASES = {f"manager.{name}": case for name, case in MANAGER.items()} | {
+    f"storage.{name}": case for name, case in STORAGE.items()
+}
 
 
-@pytest.mark.parametrize("name", sorted(STORAGE))
-async def test_a_storage_call_opens_one_unit_of_work(
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_a_public_call_opens_its_units_of_work(
     name: str, manager: SessionManager, storage: SessionStorage, checkouts: CheckoutCounter
 ) -> None:
-    call, units = STORAGE[name]
+    call, units = CASES[name]
     world = await _prepared(manager, storage)
     assert await _counted(call, world, checkouts) == units
 

@@ -9,7 +9,9 @@ Values arrive checked and keys canonical; one read unit of work per call.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..db.uow import Transaction, UnitOfWork
 from ..keys import CanonicalKey
@@ -24,6 +26,19 @@ from ..models.search import (
     picks_words,
 )
 from .generations import GenerationCache
+
+
+async def _merged(
+    find: Callable[[bool], Awaitable[list[SearchHit]]],
+    include_archived: bool,
+    order: Callable[[SearchHit], Any],
+    limit: int,
+) -> list[SearchHit]:
+    """The hits of the live table (and, ``include_archived``, the archive's), merged in
+    ``order`` and cut to ``limit``."""
+    tables = (False, True) if include_archived else (False,)
+    found = [hit for archived in tables for hit in await find(archived)]
+    return sorted(found, key=order)[:limit]
 
 
 def _best_first(hit: SearchHit) -> tuple[float, int]:
@@ -47,14 +62,13 @@ async def _words(
     terms = fts_terms(query)
     if not terms or limit == 0:
         return []
-    found = [
-        hit
-        for archived in ((False, True) if include_archived else (False,))
-        for hit in await tx.search.words(
+
+    def find(archived: bool) -> Awaitable[list[SearchHit]]:
+        return tx.search.words(
             terms, archived=archived, session_id=session_id, window=rank_window, limit=limit
         )
-    ]
-    return sorted(found, key=_best_first)[:limit]
+
+    return await _merged(find, include_archived, _best_first, limit)
 
 
 async def _substrings(
@@ -66,14 +80,13 @@ async def _substrings(
     if not terms or limit == 0:
         return []
     fold = needs_unicode_folding(query)
-    found = [
-        hit
-        for archived in ((False, True) if include_archived else (False,))
-        for hit in await tx.search.substrings(
+
+    def find(archived: bool) -> Awaitable[list[SearchHit]]:
+        return tx.search.substrings(
             terms, fold=fold, archived=archived, session_id=session_id, limit=limit
         )
-    ]
-    return sorted(found, key=_newest_first)[:limit]
+
+    return await _merged(find, include_archived, _newest_first, limit)
 
 
 async def _titles(tx: Transaction, query: str, limit: int) -> list[SessionNode]:
