@@ -33,7 +33,7 @@ from opensquilla.session.models import (
     SessionSummary,
     TranscriptEntry,
 )
-from opensquilla.session.usecases import retention, transcript
+from opensquilla.session.usecases import retention
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:bad-input"
@@ -110,7 +110,6 @@ async def test_integers_beyond_64_bits_are_invalid_input_naming_the_parameter(
             )
         ),
         "summary_id": lambda: storage.update_summary_flush_receipt_status(big, "safe"),
-        "now": lambda: transcript.truncate_transcript(storage, KEY, 1, big),
     }
     for name, call in calls.items():
         await refused(storage, call, names=name)

@@ -1,8 +1,8 @@
 """Random values of the wrong type, size and domain for every public write method
 (issue 11, "Done when").
 
-Each example picks one write method of ``SessionManager`` or ``SessionStorage``, or one
-multi-row write operation of ``opensquilla.session.usecases``, and one
+Each example picks one write method of ``SessionManager`` or ``SessionStorage`` (the
+front doors: the use cases below them trust what these checked), and one
 argument (or record field) of it, and passes a random hostile value there: integers beyond
 32 and 64 bits, negative numbers, floats, NaN and infinities, bools where integers belong,
 strings where integers belong, ``None``, NUL-bearing strings, lone surrogates, very long
@@ -44,7 +44,6 @@ from opensquilla.session.models import (
     _Record,
 )
 from opensquilla.session.transfer.store import TransferStore
-from opensquilla.session.usecases import messages, transcript
 from tests.helpers import table_snapshot
 
 _counter = itertools.count()
@@ -768,46 +767,9 @@ def _storage_argument_cases() -> list[Case]:
     return cases
 
 
-# -- use cases: the multi-row write operations, each taking the storage ----------------------
-
-
-def _usecase_cases() -> list[Case]:
-    def expected(h: Harness) -> dict[str, Any]:
-        return {"expected_session_id": h.node.session_id, "expected_epoch": h.node.epoch}
-
-    def live_ids(h: Harness) -> list[int]:
-        return [e.id or 0 for e in h.entries]
-
-    calls: dict[str, Callable[[Harness, Any], Awaitable[Any]]] = {
-        "truncate_count": lambda h, j: transcript.truncate_transcript(h.storage, h.key, j, 1),
-        "truncate_now": lambda h, j: transcript.truncate_transcript(h.storage, h.key, 1, j),
-        "messages_remove_id": lambda h, j: messages.remove_message(h.storage, h.key, j),
-        "messages_remove_key": lambda h, j: messages.remove_message(h.storage, j, "m"),
-        "messages_turn_context": lambda h, j: messages.update_message_turn_context(
-            h.storage, h.key, h.entries[0].message_id, j
-        ),
-        "messages_turn_context_key": lambda h, j: messages.update_message_turn_context(
-            h.storage, j, h.entries[0].message_id, {"k": "v"}
-        ),
-    }
-    cases: list[Case] = []
-    for name, call in calls.items():
-
-        async def usecase_call(
-            h: Harness, junk: Any, call: Callable[[Harness, Any], Awaitable[Any]] = call
-        ) -> tuple[Any, Check]:
-            return await call(h, junk), None
-
-        usecase_call.__name__ = f"usecase_{name}"
-        cases.append(usecase_call)
-    return cases
-
-
-# The use cases run with the storage's own write methods: the storage property feeds both.
 STORAGE_CASES: list[Case] = [
     *_storage_record_cases(),
     *_storage_argument_cases(),
-    *_usecase_cases(),
 ]
 
 # -- every write method is covered -----------------------------------------------------------
@@ -956,42 +918,9 @@ STORAGE_WRITES = {
     "finish_compaction_lease": "storage_lease_finish",
     "release_compaction_lease": "storage_lease_release",
 }
-# The multi-row operations: functions of ``opensquilla.session.usecases`` that take the
-# storage first. Each write has hostile cases of its own, or is what a manager method (fed
-# hostile values above) hands its arguments to unchanged. The use-case classes (the
-# manager's own wiring: ``Lifecycle``, ``Resets``, ``Transcripts``, ``Compactor``) are
-# reached through the manager methods above. A use case that takes the unit of work
-# instead (issue 27's one route: it trusts what the front door checked) is fed hostile
-# values through its front door only.
-USECASE_READS = {
-    "context.states",
-    "context_view.context_view",
-    "context.summaries",
-    "context.latest_summary",
-    "reads.recent_transcript",
-    "reads.canonical_entry",
-    "reads.read_transcript",
-    "reads.count_by_key",
-    "reads.user_content_by_key",
-    "search.search",
-    "search.words",
-    "search.substrings",
-    "pages.canonical_page",
-    "pages.coverage",
-    "context.context_records",
-    "context.latest_state",
-    "prepared.prepare_intent",
-    "prepared.prepare_prefix_branch",
-}
-USECASE_WRITES = {
-    "transcript.truncate_transcript": "usecase_truncate_count",
-    "messages.remove_message": "usecase_messages_remove_id",
-    "messages.update_message_turn_context": "usecase_messages_turn_context",
-}
-USECASE_BEHIND_MANAGER = {
-    "context.save_state": "save_context_state",
-    "context.invalidate_states": "invalidate_context_states",
-}
+# The use cases (issue 27's one route) take the unit of work and trust what their front
+# door checked: they are fed hostile values through the manager and storage methods above,
+# and none takes the storage (checked below).
 
 
 def _public_coroutines(kind: type) -> set[str]:
@@ -1004,10 +933,10 @@ def _public_coroutines(kind: type) -> set[str]:
 
 def _usecase_functions() -> set[str]:
     """``module.function`` of every public coroutine function of the use-case modules
-    whose first parameter is the storage."""
+    (packages included) whose first parameter is the storage."""
     names = set()
-    for info in pkgutil.iter_modules(usecases.__path__):
-        module = importlib.import_module(f"{usecases.__name__}.{info.name}")
+    for info in pkgutil.walk_packages(usecases.__path__, f"{usecases.__name__}."):
+        module = importlib.import_module(info.name)
         for name, function in inspect.getmembers(module, inspect.iscoroutinefunction):
             if name.startswith("_") or function.__module__ != module.__name__:
                 continue
@@ -1025,10 +954,7 @@ def test_every_public_write_method_has_hostile_cases() -> None:
     assert _public_coroutines(TransferStore) - TRANSFER_NOT_WRITES == TRANSFER_ELSEWHERE
     case_names = {case.__name__ for case in STORAGE_CASES}
     assert set(STORAGE_WRITES.values()) <= case_names
-    usecase_writes = _usecase_functions() - USECASE_READS
-    assert usecase_writes == set(USECASE_WRITES) | set(USECASE_BEHIND_MANAGER)
-    assert set(USECASE_WRITES.values()) <= case_names
-    assert set(USECASE_BEHIND_MANAGER.values()) <= set(MANAGER_WRITES)
+    assert _usecase_functions() == set(), "a use case takes the unit of work, not the storage"
 
 
 # -- the properties ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from opensquilla.session.compaction.tokens import entry_tokens, estimate_tokens
 from opensquilla.session.db.repos.summaries import SummaryRepository
 from opensquilla.session.db.repos.transcript import TranscriptRepository
 from opensquilla.session.errors import InvalidInputError
-from opensquilla.session.usecases.context_view import FIRST_BATCH, MAX_BATCH, next_batch
+from opensquilla.session.usecases.context.view import FIRST_BATCH, MAX_BATCH, next_batch
 
 KEY = "agent:main:view"
 CALL = [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]

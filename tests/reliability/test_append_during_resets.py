@@ -34,9 +34,10 @@ def _storm(
     method: str,
     resets: int | None,
 ) -> list[int]:
-    """Before each of the first ``resets`` calls of ``storage.<method>`` (all of them for
-    ``None``), another writer resets the session; the tries are counted."""
-    real: Callable[..., Awaitable[Any]] = getattr(storage, method)
+    """Before each of the first ``resets`` calls of the append's write (the use case
+    ``usecases.transcript.<method>``; all of them for ``None``), another writer resets the
+    session; the tries are counted."""
+    real: Callable[..., Awaitable[Any]] = getattr(transcript_module, method)
     tries: list[int] = []
 
     async def reset_first(*args: Any, **kwargs: Any) -> Any:
@@ -45,13 +46,13 @@ def _storm(
             await manager.reset(KEY)
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(storage, method, reset_first)
+    monkeypatch.setattr(transcript_module, method, reset_first)
     return tries
 
 
 @pytest.mark.parametrize(
     ("method", "extra"),
-    [("append_message_entry", {}), ("upsert_transcript_entry_and_touch", {"message_id": "m-1"})],
+    [("append_entry", {}), ("upsert_entry", {"message_id": "m-1"})],
     ids=["append", "upsert"],
 )
 async def test_a_plain_append_lands_in_the_current_generation_through_a_reset_storm(
@@ -84,7 +85,7 @@ async def test_the_retry_is_bounded_in_time_not_in_tries(
     clock = itertools.count(1000.0, 1.0)
     monkeypatch.setattr(transcript_module, "monotonic", lambda: next(clock))
     resetter = SessionManager(storage, inject_time_prefix=False)
-    tries = _storm(monkeypatch, storage, resetter, "append_message_entry", None)
+    tries = _storm(monkeypatch, storage, resetter, "append_entry", None)
 
     with pytest.raises(StaleEpochError, match=f"append to {KEY} met a reset on every try"):
         await manager.append_message(KEY, "user", "never lands")

@@ -31,13 +31,13 @@ from .models import (
     TranscriptEntry,
 )
 from .storage import SessionStorage
-from .usecases.context_records import CompactionContextRecord, build_compaction_context_records
-from .usecases.provider_states import (
+from .usecases.context.provider_states import (
     OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND,
     build_openai_responses_input_items,
     latest_context_state,
     openai_responses_compacted_window_state,
 )
+from .usecases.context.records import CompactionContextRecord, build_compaction_context_records
 
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",

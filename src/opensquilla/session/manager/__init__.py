@@ -15,12 +15,9 @@ reset, retention, stats) in ``sessions.py`` (:class:`SessionCalls`), its branch 
 from __future__ import annotations
 
 from ..compaction import Summarizer
-from ..models import ContextView
-from ..models.reports import DeletionPreview
 from ..observe import instrumented
 from ..storage import SessionStorage
 from ..usecases.compaction import Compactor
-from ..usecases.context_view import context_view
 from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import Lifecycle
 from ..usecases.reset import Resets
@@ -85,7 +82,6 @@ class SessionManager(
         )
         self._lifecycle = Lifecycle(self._generations, resets)
         self._transcripts = Transcripts(
-            storage,
             self._generations,
             memory_sync_notify=memory_sync_notify,
             inject_time_prefix=inject_time_prefix,
@@ -103,15 +99,3 @@ class SessionManager(
     def set_cached_epoch(self, session_key: str, epoch: int) -> None:
         self._generations.observe_epoch(session_key, epoch)
 
-    # -- context view ------------------------------------------------------------------
-
-    async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
-        """What a prompt needs, from one snapshot: the latest summary and the newest live
-        messages that fit ``max_tokens`` with it, starting on a turn boundary (README,
-        "Reading a session")."""
-        return await context_view(self._storage, session_key, max_tokens)
-
-    # -- previews: what a deleting operation would remove now, nothing changed ---------
-
-    async def preview_truncate(self, session_key: str, max_messages: int = 20) -> DeletionPreview:
-        return await self._transcripts.preview_truncate(session_key, max_messages)

@@ -1,15 +1,29 @@
-"""The manager's context-state calls: the compaction checkpoints in force, and the
-provider context states saved, read, chosen and invalidated, by session key.
+"""The manager's context calls: the summaries, the context view, the compaction
+checkpoints in force, and the provider context states saved, read, chosen and
+invalidated, by session key.
 
-A part of :class:`SessionManager`, kept apart by job; one-line delegations to ``usecases/``.
+A part of :class:`SessionManager`, kept apart by job: the front door (arguments checked,
+the key canonicalised) over one use case of ``usecases/context/`` each.
 """
 
 from __future__ import annotations
 
-from ..models import SessionContextState
+from ..keys import canonicalize_session_key
+from ..models import (
+    PROVIDER_MAX_LENGTH,
+    STATE_KIND_MAX_LENGTH,
+    ContextView,
+    SessionContextState,
+    SessionSummary,
+    check_flag,
+    check_integer,
+    check_optional_text,
+    check_text,
+)
 from ..storage import SessionStorage
-from ..usecases import context
-from ..usecases.context_records import CompactionContextRecord
+from ..usecases.context import states
+from ..usecases.context.records import CompactionContextRecord
+from ..usecases.context.view import context_view
 from ..usecases.generations import GenerationCache
 
 
@@ -19,15 +33,35 @@ class ContextStateCalls:
     _storage: SessionStorage
     _generations: GenerationCache
 
+    async def get_summaries(self, session_key: str) -> list[SessionSummary]:
+        """The current generation's compaction summaries, oldest first."""
+        key = canonicalize_session_key(session_key)
+        return await states.summaries(self._storage.uow, self._generations, key)
+
+    async def get_latest_summary(self, session_key: str) -> SessionSummary | None:
+        """The current generation's newest compaction summary, or ``None``."""
+        key = canonicalize_session_key(session_key)
+        return await states.latest_summary(self._storage.uow, self._generations, key)
+
+    async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
+        """What a prompt needs, from one snapshot: the latest summary and the newest live
+        messages that fit ``max_tokens`` with it, starting on a turn boundary (README,
+        "Reading a session")."""
+        check_integer("max_tokens", max_tokens)
+        key = canonicalize_session_key(session_key)
+        return await context_view(self._storage.uow, key, max_tokens)
+
     async def get_compaction_context_records(
         self, session_key: str
     ) -> list[CompactionContextRecord]:
         """The compaction checkpoints in force for the current generation, the texts a
         request replays (docs/semantics.md#rolling-checkpoints)."""
-        return await context.context_records(self._storage, self._generations, session_key)
+        key = canonicalize_session_key(session_key)
+        return await states.context_records(self._storage.uow, self._generations, key)
 
     async def save_context_state(self, state: SessionContextState) -> SessionContextState:
-        return await context.save_state(self._storage, state)
+        """Save ``state`` (the storage's front door checks it): its ``id`` is set."""
+        return await self._storage.save_context_state(state)
 
     async def get_context_states(
         self,
@@ -37,7 +71,13 @@ class ContextStateCalls:
         valid_only: bool = True,
     ) -> list[SessionContextState]:
         """States of the key (``[]`` for an unknown key)."""
-        return await context.states(self._storage, session_key, provider, state_kind, valid_only)
+        check_optional_text("provider", provider)
+        check_optional_text("state_kind", state_kind)
+        check_flag("valid_only", valid_only)
+        key = canonicalize_session_key(session_key)
+        return await states.states(
+            self._storage.uow, key, provider=provider, state_kind=state_kind, valid_only=valid_only
+        )
 
     async def get_latest_context_state(
         self,
@@ -50,8 +90,11 @@ class ContextStateCalls:
         usable one (valid, unexpired, a dict payload) that is the provider's own or portable
         (docs/semantics.md#provider-states); ``None`` if there is none. ``SessionNotFoundError``
         for a missing key."""
-        return await context.latest_state(
-            self._storage, self._generations, session_key, provider, state_kind
+        check_optional_text("provider", provider)
+        check_optional_text("state_kind", state_kind)
+        key = canonicalize_session_key(session_key)
+        return await states.latest_state(
+            self._storage.uow, self._generations, key, provider, state_kind
         )
 
     async def invalidate_context_states(
@@ -61,6 +104,10 @@ class ContextStateCalls:
         state_kind: str | None = None,
         reason: str = "invalidated",
     ) -> int:
-        return await context.invalidate_states(
-            self._storage, session_key, provider, state_kind, reason
+        check_optional_text("provider", provider, max_length=PROVIDER_MAX_LENGTH)
+        check_optional_text("state_kind", state_kind, max_length=STATE_KIND_MAX_LENGTH)
+        check_text("reason", reason)
+        key = canonicalize_session_key(session_key)
+        return await states.invalidate_states(
+            self._storage.uow, key, reason, provider=provider, state_kind=state_kind
         )

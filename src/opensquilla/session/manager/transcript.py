@@ -1,14 +1,17 @@
 """The manager's transcript calls: append (and by message id), single-message operations,
 reads, pages, the context view and truncation, by session key (branching: ``branching.py``).
 
-A part of :class:`SessionManager`, kept apart by job; one-line delegations to ``usecases/``.
+A part of :class:`SessionManager`, kept apart by job: the front door (arguments checked,
+the key canonicalised, once) over one use case of ``usecases/`` each.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
+from ..errors import InvalidInputError
+from ..keys import canonicalize_session_key
 from ..models import (
     AssistantMessageReservation,
     CanonicalTranscriptCoverage,
@@ -16,9 +19,21 @@ from ..models import (
     Cursor,
     SessionNode,
     TranscriptEntry,
+    check_integer,
+    check_optional_integer,
+    check_page,
+    check_record,
+    check_text,
+    check_text_list,
 )
+from ..models.checks import refuse_unknown_fields
+from ..models.identity import check_turn_context
+from ..models.messages import AppendFields, PrepareFields, check_message
+from ..models.pages import check_cursor, check_page_size
+from ..models.reports import DeletionPreview
 from ..storage import SessionStorage
-from ..usecases import messages, pages, reads
+from ..support.clock import now_ms
+from ..usecases import messages, pages, reads, transcript
 from ..usecases.generations import GenerationCache
 from ..usecases.transcript import Transcripts
 
@@ -33,22 +48,13 @@ class TranscriptCalls:
     # -- transcript --------------------------------------------------------------------
 
     async def append_message(
-        self,
-        session_key: str,
-        role: str,
-        content: str | None,
-        *,
-        tool_calls: list[dict[str, Any]] | None = None,
-        tool_call_id: str | None = None,
-        reasoning_content: str | None = None,
-        turn_usage: dict[str, Any] | None = None,
-        token_count: int | None = None,
-        provenance: Mapping[str, Any] | None = None,
-        turn_context: dict[str, Any] | None = None,
-        message_id: str | None = None,
-        assistant_message_id: str | None = None,
+        self, session_key: str, role: str, content: str | None, **fields: Unpack[AppendFields]
     ) -> TranscriptEntry:
         """Append one message to the current generation and return it (with its ``id``).
+
+        Keyword fields (each ``None`` by default): ``tool_calls``, ``tool_call_id``,
+        ``reasoning_content``, ``turn_usage``, ``token_count``, ``provenance``,
+        ``turn_context``, ``message_id``, ``assistant_message_id``.
 
         The insert, the epoch fence and the session touch commit together. ``token_count``
         is added to ``total_tokens`` only when no ``turn_usage`` is given (usage is then
@@ -59,25 +65,17 @@ class TranscriptCalls:
         only when the row is new. A user message gets a time-stamp first line unless the
         manager was built with ``inject_time_prefix=False`` (see ``SessionManager``).
         """
-        return await self._transcripts.append(
-            session_key,
-            role,
-            content,
-            message_id=message_id,
-            assistant_message_id=assistant_message_id,
-            tool_calls=tool_calls,
-            tool_call_id=tool_call_id,
-            reasoning_content=reasoning_content,
-            turn_usage=turn_usage,
-            token_count=token_count,
-            provenance=provenance,
-            turn_context=turn_context,
-        )
+        refuse_unknown_fields("append_message", fields, AppendFields)
+        values = check_message(role, content, fields)
+        key = canonicalize_session_key(session_key)
+        return await self._transcripts.append(self._storage.uow, key, values)
 
     async def remove_message(self, session_key: str, message_id: str) -> bool:
         """Delete the current generation's live rows with ``message_id``; ``False`` if none
         (or no session). Counters and ``updated_at`` are not adjusted."""
-        return await messages.remove_message(self._storage, session_key, message_id)
+        key = canonicalize_session_key(session_key)
+        check_text("message_id", message_id, identifier=True)
+        return await messages.remove_message(self._storage.uow, key, message_id)
 
     async def inject_message(
         self,
@@ -86,53 +84,46 @@ class TranscriptCalls:
         provenance: Mapping[str, Any] | str = "inter_session",
     ) -> bool:
         """Append ``message`` as a user message with ``provenance`` (a string is its
-        ``kind``); ``KeyError`` if the session is missing."""
-        return await messages.inject_message(self._transcripts, session_key, message, provenance)
+        ``kind``), through the normal append (time prefix, fence, tokens); ``KeyError`` if
+        the session is missing."""
+        check_text("message", message)
+        values = check_message(
+            "user", message, {"provenance": messages.inject_provenance(provenance)}
+        )
+        key = canonicalize_session_key(session_key)
+        await self._transcripts.append(self._storage.uow, key, values)
+        return True
 
     async def update_message_turn_context(
         self, session_key: str, message_id: str, turn_context: dict[str, Any] | None
     ) -> bool:
         """Rebind the turn context of every live and archived row of the key (every
         generation) with ``message_id``; ``True`` iff there was one."""
-        return await messages.update_message_turn_context(
-            self._storage, session_key, message_id, turn_context
-        )
+        key = canonicalize_session_key(session_key)
+        check_text("message_id", message_id, identifier=True)
+        context = check_turn_context(turn_context)
+        return await messages.update_turn_context(self._storage.uow, key, message_id, context)
 
     async def prepare_message(
-        self,
-        session_key: str,
-        role: str,
-        content: str | None,
-        *,
-        message_id: str | None = None,
-        assistant_message_id: str | None = None,
-        tool_calls: list[dict[str, Any]] | None = None,
-        tool_call_id: str | None = None,
-        reasoning_content: str | None = None,
-        turn_usage: dict[str, Any] | None = None,
-        turn_context: dict[str, Any] | None = None,
-        token_count: int | None = None,
-        provenance: Mapping[str, Any] | None = None,
-        session_node: SessionNode | None = None,
+        self, session_key: str, role: str, content: str | None, **fields: Unpack[PrepareFields]
     ) -> tuple[TranscriptEntry, int]:
         """The entry :meth:`append_message` would write and its ``expected_epoch``, writing
-        nothing; ``turn_context=None`` takes the ambient ``current_turn_context``."""
+        nothing: the caller writes it (``storage.append_transcript_entry(entry,
+        expected_epoch=...)``) and then calls :meth:`notify_message_appended`. The keyword
+        fields are :meth:`append_message`'s and ``session_node`` (the caller's copy of the
+        row, which saves the read; its key must be the key's). ``turn_context=None`` takes
+        the ambient ``current_turn_context``. No message id means a new random one; a blank
+        one, or two different ones, are refused."""
+        refuse_unknown_fields("prepare_message", fields, PrepareFields)
+        key = canonicalize_session_key(session_key)
+        node = fields.pop("session_node", None)
+        if node is not None:
+            check_record("session_node", node, SessionNode)
+            if node.session_key != key:
+                raise InvalidInputError("session_node does not match session_key")
+        values = check_message(role, content, fields)
         return await messages.prepare_message(
-            self._transcripts,
-            self._generations,
-            session_key,
-            role,
-            content,
-            message_id=message_id,
-            assistant_message_id=assistant_message_id,
-            tool_calls=tool_calls,
-            tool_call_id=tool_call_id,
-            reasoning_content=reasoning_content,
-            turn_usage=turn_usage,
-            turn_context=turn_context,
-            token_count=token_count,
-            provenance=provenance,
-            session_node=session_node,
+            self._storage.uow, self._transcripts, self._generations, key, values, node
         )
 
     @staticmethod
@@ -143,25 +134,35 @@ class TranscriptCalls:
         channel_id: str | None = None,
     ) -> AssistantMessageReservation:
         """The id the assistant reply of ``turn_id`` will be upserted under; writes nothing."""
-        return messages.reserve_assistant_message(
+        return AssistantMessageReservation.reserve(
             turn_id, assistant_message_id, session_key, channel_id
         )
 
     async def notify_message_appended(self, entry: TranscriptEntry) -> None:
-        """Fire the memory-sync callback for an entry the caller wrote itself."""
-        await messages.notify_message_appended(self._transcripts, entry)
+        """Fire the memory-sync callback for an entry the caller wrote itself (a failing
+        callback is logged)."""
+        check_record("entry", entry, TranscriptEntry)
+        await self._transcripts.notify_memory_sync(entry)
 
     async def get_transcript(
         self, session_key: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         """The live transcript of the current generation, in order."""
-        return await self._transcripts.live(session_key, limit, offset)
+        key = canonicalize_session_key(session_key)
+        check_page(limit, offset)
+        return await transcript.rows(
+            self._storage.uow, self._generations, key, limit, offset, canonical=False
+        )
 
     async def get_canonical_transcript(
         self, session_key: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         """Everything the current generation said: compacted archive plus live rows."""
-        return await self._transcripts.canonical(session_key, limit, offset)
+        key = canonicalize_session_key(session_key)
+        check_page(limit, offset)
+        return await transcript.rows(
+            self._storage.uow, self._generations, key, limit, offset, canonical=True
+        )
 
     async def get_canonical_transcript_page(
         self,
@@ -177,8 +178,12 @@ class TranscriptCalls:
         absent and ``before`` wins over ``after``. ``limit`` must be an ``int``; as
         upstream does, below 1 it counts as 1 (compatibility). ``SessionNotFoundError`` for
         a missing key."""
+        size = check_page_size("limit", limit)
+        before = check_cursor("before", before)
+        after = check_cursor("after", after)
+        key = canonicalize_session_key(session_key)
         return await pages.canonical_page(
-            self._storage, self._generations, session_key, limit=limit, before=before, after=after
+            self._storage.uow, self._generations, key, size, before, after
         )
 
     async def get_canonical_transcript_coverage(
@@ -186,7 +191,8 @@ class TranscriptCalls:
     ) -> CanonicalTranscriptCoverage:
         """Whether the current generation's canonical transcript is complete, with the
         compaction count and whether it was inherited from a parent."""
-        return await pages.coverage(self._storage, self._generations, session_key)
+        key = canonicalize_session_key(session_key)
+        return await pages.coverage(self._storage.uow, self._generations, key)
 
     async def is_canonical_transcript_complete(self, session_key: str) -> bool:
         """``get_canonical_transcript_coverage(session_key).canonical_complete``."""
@@ -196,46 +202,67 @@ class TranscriptCalls:
         self, session_key: str, *, page_size: int = 500
     ) -> AsyncIterator[TranscriptEntry]:
         """Every canonical row of the current generation, oldest first, read ``page_size``
-        (an ``int``, below 1 counting as 1) rows at a time; what concurrent appends,
-        compactions and resets do to the walk: ``usecases.pages.iter_canonical_transcript``."""
-        return pages.iter_canonical_transcript(self._storage, session_key, page_size=page_size)
+        (an ``int``, below 1 counting as 1) rows at a time, one unit of work per page; what
+        concurrent appends, compactions and resets do to the walk:
+        ``usecases.pages.iter_canonical_transcript``."""
+        size = check_page_size("page_size", page_size)
+        key = canonicalize_session_key(session_key)
+        return pages.iter_canonical_transcript(self._storage.uow, key, size)
 
     async def count_transcript_entries(self, session_key: str) -> int:
         """How many live rows the current generation has."""
-        return await self._transcripts.count(session_key)
+        key = canonicalize_session_key(session_key)
+        return await transcript.count(self._storage.uow, self._generations, key)
 
     async def get_recent_transcript(self, session_key: str, n: int) -> list[TranscriptEntry]:
         """The newest ``n`` live messages of the current generation, oldest first."""
-        return await reads.recent_transcript(self._storage, self._generations, session_key, n)
+        check_integer("n", n)
+        key = canonicalize_session_key(session_key)
+        return await reads.recent_transcript(self._storage.uow, self._generations, key, n)
 
     async def get_canonical_transcript_entry(
         self, session_key: str, message_id: str
     ) -> TranscriptEntry | None:
         """The newest message with ``message_id`` in the compacted archive and the live
         transcript of the current generation, or ``None``."""
-        return await reads.canonical_entry(
-            self._storage, self._generations, session_key, message_id
-        )
+        check_text("message_id", message_id, identifier=True)
+        key = canonicalize_session_key(session_key)
+        return await reads.canonical_entry(self._storage.uow, self._generations, key, message_id)
 
     async def read_transcript(
         self, session_key: str, limit: int | None = None
     ) -> list[dict[str, Any]]:
         """The live transcript as JSON-ready dicts (``model_dump(mode="json")``)."""
-        return await reads.read_transcript(self._storage, self._generations, session_key, limit)
+        check_optional_integer("limit", limit)
+        key = canonicalize_session_key(session_key)
+        return await reads.read_transcript(self._storage.uow, self._generations, key, limit)
 
     async def count_transcript_entries_batch(self, session_keys: list[str]) -> dict[str, int]:
         """Live message counts by key, keyed as given (0 for a missing key)."""
-        return await reads.count_by_key(self._storage, session_keys)
+        keys = check_text_list("session_keys", session_keys, identifier=True)
+        canonical = [canonicalize_session_key(key) for key in keys]
+        return await reads.count_by_key(self._storage.uow, keys, canonical)
 
     async def list_user_transcript_content_batch(
         self, session_keys: list[str], *, limit_per_session: int = 3
     ) -> dict[str, list[str]]:
         """The first ``limit_per_session`` non-empty user messages of each key, keyed as
         given (``[]`` for a missing key)."""
+        check_integer("limit_per_session", limit_per_session)
+        keys = check_text_list("session_keys", session_keys, identifier=True)
+        canonical = [canonicalize_session_key(key) for key in keys]
         return await reads.user_content_by_key(
-            self._storage, session_keys, limit_per_session=limit_per_session
+            self._storage.uow, keys, canonical, limit_per_session
         )
 
     async def truncate(self, session_key: str, max_messages: int = 20) -> dict[str, Any]:
         """Keep the newest ``max_messages`` live entries (one transaction)."""
-        return await self._transcripts.truncate(session_key, max_messages)
+        check_integer("max_messages", max_messages)
+        key = canonicalize_session_key(session_key)
+        return await transcript.truncate(self._storage.uow, key, max_messages, now_ms())
+
+    async def preview_truncate(self, session_key: str, max_messages: int = 20) -> DeletionPreview:
+        check_integer("max_messages", max_messages)
+        key = canonicalize_session_key(session_key)
+        return await transcript.preview_truncate(self._storage.uow, key, max_messages)
+

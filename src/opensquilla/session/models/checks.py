@@ -16,6 +16,7 @@ place where pydantic's errors become the package's ``InvalidInputError``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -265,3 +266,11 @@ def check_text_list(name: str, values: object, *, identifier: bool = False) -> l
         check_text(f"{name}[{index}]", value, identifier=identifier)
         for index, value in enumerate(values)
     ]
+
+
+def refuse_unknown_fields(call: str, fields: Mapping[str, object], kind: Any) -> None:
+    """``**fields`` accepts any name at run time: refuse one ``kind`` (a ``TypedDict``)
+    does not declare, as a plain keyword parameter would."""
+    for name in fields:
+        if name not in kind.__optional_keys__:
+            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")

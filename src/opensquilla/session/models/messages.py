@@ -11,8 +11,13 @@ format follow.
 
 from __future__ import annotations
 
-from pydantic import Field
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import InvalidInputError
 from ..support.clock import new_message_id, now_ms
 from .checks import (
     ArchiveCompactionId,
@@ -27,8 +32,13 @@ from .checks import (
     Millis,
     Role,
     Text,
+    check_optional_integer,
+    check_optional_text,
+    check_text,
+    invalid_input,
 )
-from .records import _Record, _SessionOwned
+from .identity import chosen_message_id
+from .records import SessionNode, _Record, _SessionOwned
 
 
 class _MessageFields(_Record):
@@ -71,3 +81,147 @@ class CompactedTranscriptEntry(_MessageFields, _ArchivePosition):
 
     archived_at: Millis = Field(default_factory=now_ms)
     schema_version: Int32 = 1
+
+
+# -- the append's inputs, declared once (docs/semantics.md#message-id) ---------------------
+
+
+class AppendFields(TypedDict, total=False):
+    """The keyword fields of an append (``append_message``, ``prepare_message``): declared
+    once, for every layer (``Unpack[AppendFields]``). Each defaults to ``None``."""
+
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    reasoning_content: str | None
+    turn_usage: dict[str, Any] | None
+    token_count: int | None
+    provenance: Mapping[str, Any] | None
+    turn_context: dict[str, Any] | None
+    message_id: str | None
+    assistant_message_id: str | None
+
+
+PROVENANCE_KEYS = (
+    "kind",
+    "origin_session_id",
+    "source_session_key",
+    "source_channel",
+    "source_tool",
+)
+# The entry's provenance fields of an append given none.
+_NO_PROVENANCE: dict[str, Any] = dict.fromkeys(f"provenance_{name}" for name in PROVENANCE_KEYS)
+
+
+class _CheckedMessage(BaseModel):
+    """The append's fields that the front door checks through their record types (the
+    rest, with messages of their own, through ``check_*``): the same annotated types as
+    :class:`_MessageFields`, so a refusal reads as the entry's ("invalid TranscriptEntry")."""
+
+    model_config = ConfigDict(title="TranscriptEntry", extra="forbid")
+
+    tool_calls: JSONList | None = None
+    tool_call_id: Identifier | None = None
+    reasoning_content: Text | None = None
+    turn_usage: JSONObject | None = None
+    turn_context: JSONObject | None = None
+    provenance_kind: Identifier | None = None
+    provenance_origin_session_id: Identifier | None = None
+    provenance_source_session_key: LineageKey | None = None
+    provenance_source_channel: Identifier | None = None
+    provenance_source_tool: Identifier | None = None
+
+
+_VALIDATE_CHECKED = _CheckedMessage.__pydantic_validator__.validate_python
+
+
+def provenance_values(provenance: object) -> dict[str, Any]:
+    """The provenance mapping's values by key; any other shape or key is refused."""
+    if not isinstance(provenance, Mapping):
+        raise InvalidInputError(
+            f"provenance must be a mapping with the keys {', '.join(PROVENANCE_KEYS)}, not "
+            f"{type(provenance).__name__}"
+        )
+    unknown = [str(name)[:40] for name in provenance if name not in PROVENANCE_KEYS]
+    if unknown:
+        raise InvalidInputError(
+            f"unknown provenance key(s) {', '.join(sorted(unknown))}; the keys are "
+            f"{', '.join(PROVENANCE_KEYS)}"
+        )
+    return {f"provenance_{name}": provenance.get(name) for name in PROVENANCE_KEYS}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedMessage:
+    """An append's fields checked once (:func:`check_message`): the entry's message
+    ``values`` and the ``token_delta`` it adds to ``total_tokens``."""
+
+    values: Mapping[str, Any]
+    token_delta: int
+
+
+def check_message(role: object, content: object, fields: AppendFields) -> CheckedMessage:
+    """The front door's one check of an append's fields (each field checked once), as the
+    entry's message values but its owner, ``message_id`` (``None``: a new random one) and
+    ``created_at``: ``reasoning_content`` and ``turn_usage`` kept for the assistant role
+    only. Trusted below: the entry is built from them without validating again
+    (:func:`trusted_entry`)."""
+    check_text("role", role, identifier=True, non_empty=True)
+    check_optional_text("content", content)
+    token_count = fields.get("token_count")
+    check_optional_integer("token_count", token_count)
+    message_id = fields.get("message_id")
+    assistant_message_id = fields.get("assistant_message_id")
+    chosen = (
+        None
+        if message_id is None and assistant_message_id is None
+        else chosen_message_id(message_id, assistant_message_id)
+    )
+    provenance = fields.get("provenance")
+    origin = _NO_PROVENANCE if provenance is None else provenance_values(provenance)
+    assistant = role == "assistant"
+    values: dict[str, Any] = {
+        "tool_calls": fields.get("tool_calls"),
+        "tool_call_id": fields.get("tool_call_id"),
+        "reasoning_content": fields.get("reasoning_content") if assistant else None,
+        "turn_usage": fields.get("turn_usage") if assistant else None,
+        "turn_context": fields.get("turn_context"),
+        **origin,
+    }
+    if any(value is not None for value in values.values()):
+        try:
+            values = _VALIDATE_CHECKED(values).__dict__
+        except ValidationError as exc:
+            raise invalid_input(exc) from exc
+    values["role"] = role
+    values["content"] = content
+    values["token_count"] = token_count
+    values["message_id"] = chosen
+    # What the append adds to ``total_tokens``: the count when no ``turn_usage`` was given
+    # (whatever the role; usage is then accounted elsewhere).
+    delta = token_count if token_count and fields.get("turn_usage") is None else 0
+    return CheckedMessage(values, delta)
+
+
+_ENTRY_FIELDS = tuple(TranscriptEntry.model_fields)
+
+
+def trusted_entry(session_id: str, session_key: str, values: Mapping[str, Any]) -> TranscriptEntry:
+    """The entry of checked ``values`` (:func:`check_message`) owned by ``session_id`` of
+    canonical ``session_key``, built without validation (``from_row``): each value was
+    checked once, at the front door. A ``message_id`` of ``None`` gets a new random one."""
+    row: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
+    row.update(values)
+    row["session_id"] = session_id
+    row["session_key"] = session_key
+    if row["message_id"] is None:
+        row["message_id"] = new_message_id()
+    row["created_at"] = now_ms()
+    row["schema_version"] = 1
+    return TranscriptEntry.from_row(row)
+
+
+class PrepareFields(AppendFields, total=False):
+    """``prepare_message``'s keyword fields: the append's, and the caller's copy of the
+    session row (``session_node``), which saves the read."""
+
+    session_node: SessionNode | None

@@ -12,7 +12,7 @@ import collections
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, Self, cast
+from typing import Annotated, Any, Self, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -323,3 +323,17 @@ class SessionContextState(_SessionOwned):
     valid: Flag = True
     invalid_reason: Text | None = None
     schema_version: Int32 = 1
+
+
+class StateSelection(TypedDict, total=False):
+    """Which context states of a key a call addresses (``None``: any provider, any kind);
+    declared once for every layer (``Unpack[StateSelection]``)."""
+
+    provider: str | None
+    state_kind: str | None
+
+
+class ContextStateFilter(StateSelection, total=False):
+    """The filter of ``get_context_states`` (``valid_only`` defaults to ``True``)."""
+
+    valid_only: bool

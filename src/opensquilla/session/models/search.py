@@ -15,8 +15,19 @@ Two paths, as upstream has them (HEAD-FEATURES §4):
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
+from ..keys import CanonicalKey, canonicalize_session_key
+from .checks import (
+    INT64_MAX,
+    check_flag,
+    check_integer,
+    check_optional_text,
+    check_text,
+    refuse_unknown_fields,
+)
 from .records import SessionNode
 
 FTS_MAX_TERMS = 20
@@ -29,6 +40,51 @@ RANK_WINDOW = 1000
 match when it has fewer). Ranking every match of a word in most rows costs a ranking per
 row; pass ``rank_window=None`` for that."""
 EMPTY_FTS_QUERY = '""'
+
+
+class SearchOptions(TypedDict, total=False):
+    """The keyword options of the manager's searches, declared once for every layer
+    (``Unpack[SearchOptions]``): ``session_key`` (``None``, the default: every session),
+    ``include_archived`` (``False``), ``limit`` (20)."""
+
+    session_key: str | None
+    include_archived: bool
+    limit: int
+
+
+class WordSearchOptions(SearchOptions, total=False):
+    """:class:`SearchOptions` and the word search's ``rank_window`` (default
+    :data:`RANK_WINDOW`; ``None``: rank every match)."""
+
+    rank_window: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchScope:
+    """:class:`WordSearchOptions` checked, defaults applied, the key canonical."""
+
+    key: CanonicalKey | None
+    limit: int
+    archived: bool
+    rank_window: int | None
+
+
+def check_search_options(
+    call: str, query: object, options: Mapping[str, Any], kind: Any
+) -> SearchScope:
+    """The front door's one check of a search's query and options (``kind``, the
+    ``TypedDict`` the call takes: an option it does not declare is a ``TypeError``)."""
+    refuse_unknown_fields(call, options, kind)
+    check_text("query", query)
+    limit = check_integer("limit", options.get("limit", 20), minimum=0, maximum=INT64_MAX)
+    key = check_optional_text("session_key", options.get("session_key"))
+    archived = check_flag("include_archived", options.get("include_archived", False))
+    rank_window = options.get("rank_window", RANK_WINDOW)
+    if rank_window is not None:
+        rank_window = check_integer("rank_window", rank_window, minimum=1)
+    canonical = None if key is None else canonicalize_session_key(key)
+    return SearchScope(canonical, limit, archived, rank_window)
+
 
 _NOT_ASCII_ALNUM = re.compile(r"[^A-Za-z0-9\s]")
 

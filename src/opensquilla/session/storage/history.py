@@ -1,13 +1,10 @@
-"""The transcript, summaries and context states of a session, row by row."""
+"""The transcript, summaries and context states of a session, row by row: the front door
+(arguments checked, keys canonicalised) over one use case each."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, Unpack
 
-from ..db.uow import Transaction
-from ..errors import (
-    StaleEpochError,
-)
 from ..keys import agent_key_prefix, canonicalize_session_key
 from ..models import (
     CanonicalTranscriptCoverage,
@@ -25,10 +22,31 @@ from ..models import (
     check_text,
     check_text_list,
 )
+from ..models.checks import refuse_unknown_fields
 from ..models.identity import check_turn_context
 from ..models.pages import check_cursor, check_page_size
+from ..models.records import ContextStateFilter, StateSelection
+from ..usecases import appends, messages, pages, reads
+from ..usecases.context import states
 from ..usecases.compaction import summaries as summary_rows
 from .lifecycle import StorageLifecycle
+
+
+def _owned(record: TranscriptEntry | SessionContextState) -> None:
+    """The record's key in canonical form (set without validating it a second time)."""
+    record.__dict__["session_key"] = canonicalize_session_key(record.session_key)
+
+
+def _check_fenced(
+    entry: object, expected_epoch: object, clock: str, now: object, token_delta: object
+) -> None:
+    """The arguments of a fenced write (the entry's key made canonical)."""
+    check_record("entry", entry, TranscriptEntry)
+    check_integer("expected_epoch", expected_epoch)
+    check_millis(clock, now)
+    check_integer("token_delta", token_delta)
+    assert isinstance(entry, TranscriptEntry)
+    _owned(entry)
 
 
 class HistoryRowOperations(StorageLifecycle):
@@ -44,17 +62,8 @@ class HistoryRowOperations(StorageLifecycle):
         that epoch; otherwise ``StaleEpochError`` and nothing is written."""
         check_record("entry", entry, TranscriptEntry)
         check_optional_integer("expected_epoch", expected_epoch)
-        entry.session_key = canonicalize_session_key(entry.session_key)
-        async with self.uow.write() as tx:
-            if expected_epoch is None:
-                await tx.sessions.check_row_generation(entry.session_id, entry.session_key)
-                entry.id = await tx.transcript.insert(entry)
-                return entry
-            new_id = await tx.transcript.insert_fenced(entry, expected_epoch)
-            if new_id is None:
-                await _raise_stale(tx, entry, expected_epoch)
-            entry.id = new_id
-        return entry
+        _owned(entry)
+        return await appends.insert_entry(self.uow, entry, expected_epoch)
 
     async def append_message_entry(
         self,
@@ -68,29 +77,10 @@ class HistoryRowOperations(StorageLifecycle):
         session touch (``updated_at``, ``total_tokens + delta``) commit together or not at
         all, in one statement run in autocommit (docs/semantics.md#fencing); on an SQLite
         without RETURNING, three statements in a write transaction."""
-        check_record("entry", entry, TranscriptEntry)
-        check_integer("expected_epoch", expected_epoch)
-        check_millis("now", now)
-        check_integer("token_delta", token_delta)
-        entry.session_key = canonicalize_session_key(entry.session_key)
-        # One statement: no BEGIN/COMMIT round trips around it.
-        if await self.uow.appends_in_one_statement():
-            new_id = await self.uow.append_in_one_statement(
-                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
-            )
-        else:
-            async with self.uow.write() as tx:
-                new_id = await tx.transcript.append_and_touch(
-                    entry,
-                    expected_epoch=expected_epoch,
-                    now=now,
-                    token_delta=token_delta,
-                )
-        if new_id is None:
-            async with self.uow.read() as tx:
-                await _raise_stale(tx, entry, expected_epoch)
-        entry.id = new_id
-        return entry
+        _check_fenced(entry, expected_epoch, "now", now, token_delta)
+        return await appends.append_entry(
+            self.uow, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
 
     # -- single-message operations (docs/semantics.md#message-id) --------------------------
 
@@ -108,19 +98,10 @@ class HistoryRowOperations(StorageLifecycle):
         ``created_at``; counters untouched) or ``entry`` inserted (``total_tokens +
         token_delta``, ``total_tokens_fresh`` false), and ``updated_at`` set either way.
         ``entry`` gets the row's ``id`` and ``created_at``; ``True`` iff it was inserted."""
-        check_record("entry", entry, TranscriptEntry)
-        check_integer("expected_epoch", expected_epoch)
-        check_millis("updated_at", updated_at)
-        check_integer("token_delta", token_delta)
-        entry.session_key = canonicalize_session_key(entry.session_key)
-        async with self.uow.write() as tx:
-            placed = await tx.transcript.upsert_and_touch(
-                entry, expected_epoch=expected_epoch, now=updated_at, token_delta=token_delta
-            )
-            if placed is None:
-                await _raise_stale(tx, entry, expected_epoch)
-        entry.id, entry.created_at, inserted = placed
-        return inserted
+        _check_fenced(entry, expected_epoch, "updated_at", updated_at, token_delta)
+        return await appends.upsert_entry(
+            self.uow, entry, expected_epoch=expected_epoch, now=updated_at, token_delta=token_delta
+        )
 
     async def delete_transcript_entry(self, session_id: str, message_id: str) -> bool:
         """Delete the live rows of generation ``session_id`` carrying ``message_id`` (every
@@ -128,8 +109,7 @@ class HistoryRowOperations(StorageLifecycle):
         the session's counters and ``updated_at`` are left as they are."""
         check_text("session_id", session_id, identifier=True)
         check_text("message_id", message_id, identifier=True)
-        async with self.uow.write() as tx:
-            return await tx.transcript.delete_live_message(session_id, message_id) > 0
+        return await messages.delete_entry(self.uow, session_id, message_id)
 
     async def update_transcript_turn_context(
         self, session_key: str, message_id: str, turn_context: dict[str, Any] | None
@@ -140,24 +120,21 @@ class HistoryRowOperations(StorageLifecycle):
         check_text("session_key", session_key, identifier=True)
         check_text("message_id", message_id, identifier=True)
         context = check_turn_context(turn_context)
-        async with self.uow.write() as tx:
-            return await tx.transcript.set_turn_context(session_key, message_id, context) > 0
+        return await messages.update_turn_context(self.uow, session_key, message_id, context)
 
     async def get_transcript(
         self, session_id: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         """Live rows of one generation, ``ORDER BY created_at ASC, id ASC``, paginated."""
         check_page(limit, offset)
-        async with self.uow.read() as tx:
-            return await tx.transcript.list_live(session_id, limit=limit, offset=offset)
+        return await reads.live_rows(self.uow, session_id, limit, offset)
 
     async def get_canonical_transcript(
         self, session_id: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         """Compacted archive plus live rows, in transcript order, paginated."""
         check_page(limit, offset)
-        async with self.uow.read() as tx:
-            return await tx.transcript.list_canonical(session_id, limit=limit, offset=offset)
+        return await reads.canonical_rows(self.uow, session_id, limit, offset)
 
     async def get_canonical_transcript_page(
         self,
@@ -180,15 +157,7 @@ class HistoryRowOperations(StorageLifecycle):
         size = check_page_size("limit", limit)
         before = check_cursor("before", before)
         after = check_cursor("after", after)
-        # A cursor needs a lookup that must agree with the page: both in one snapshot.
-        unit = self.uow.snapshot if before is not None or after is not None else self.uow.read
-        async with unit() as tx:
-            position, forward = await _travel(tx, session_id, before, after)
-            rows = await tx.transcript.canonical_window(
-                session_id, limit=size + 1, position=position, forward=forward
-            )
-        page = rows[:size]
-        return (page if forward else page[::-1]), len(rows) > size
+        return await pages.page_of(self.uow, session_id, size, before, after)
 
     async def get_canonical_transcript_coverage(
         self, session_id: str
@@ -196,27 +165,23 @@ class HistoryRowOperations(StorageLifecycle):
         """Whether the generation's canonical transcript is complete, with the evidence
         (docs/semantics.md#pages); ``(False, 0, False)`` when no session has that id."""
         check_text("session_id", session_id)
-        async with self.uow.read() as tx:
-            return await tx.transcript.coverage(session_id)
+        return await pages.coverage_of(self.uow, session_id)
 
     async def is_canonical_transcript_complete(self, session_id: str) -> bool:
         """``get_canonical_transcript_coverage(session_id).canonical_complete``."""
-        return (await self.get_canonical_transcript_coverage(session_id)).canonical_complete
+        check_text("session_id", session_id)
+        return (await pages.coverage_of(self.uow, session_id)).canonical_complete
 
     async def count_transcript_entries(self, session_id: str) -> int:
         """Live rows only."""
-        async with self.uow.read() as tx:
-            return await tx.transcript.count_live(session_id)
+        return await reads.live_count(self.uow, session_id)
 
     async def get_recent_transcript(self, session_id: str, n: int) -> list[TranscriptEntry]:
         """The newest ``n`` live rows of one generation, oldest first (``[]`` for 0). A
         negative ``n`` is refused (upstream returned every row)."""
         check_text("session_id", session_id, identifier=True)
         check_integer("n", n)
-        if n == 0:
-            return []
-        async with self.uow.read() as tx:
-            return await tx.transcript.live_tail(session_id, n)
+        return await reads.recent_rows(self.uow, session_id, n)
 
     async def get_canonical_transcript_entry(
         self, session_id: str, message_id: str
@@ -226,17 +191,13 @@ class HistoryRowOperations(StorageLifecycle):
         of one generation; ``None`` when there is none."""
         check_text("session_id", session_id, identifier=True)
         check_text("message_id", message_id, identifier=True)
-        async with self.uow.read() as tx:
-            return await tx.transcript.find_canonical_entry(session_id, message_id)
+        return await reads.canonical_row(self.uow, session_id, message_id)
 
     async def count_transcript_entries_batch(self, session_ids: list[str]) -> dict[str, int]:
         """Live rows per session id: every id given is a key (0 when it has none, or is
         unknown); ``{}`` for no ids. One snapshot, 500 ids per statement."""
         ids = check_text_list("session_ids", session_ids, identifier=True)
-        if not ids:
-            return {}
-        async with self.uow.snapshot() as tx:
-            return await tx.transcript.count_live_batch(ids)
+        return await reads.live_counts(self.uow, ids)
 
     async def list_user_transcript_content_batch(
         self, session_ids: list[str], *, limit_per_session: int = 3
@@ -247,10 +208,7 @@ class HistoryRowOperations(StorageLifecycle):
         statement."""
         ids = check_text_list("session_ids", session_ids, identifier=True)
         check_integer("limit_per_session", limit_per_session)
-        if not ids:
-            return {}
-        async with self.uow.snapshot() as tx:
-            return await tx.transcript.first_user_contents(ids, limit_per_session)
+        return await reads.user_contents(self.uow, ids, limit_per_session)
 
     async def get_compacted_transcript_entries(
         self, session_id: str, *, compaction_id: str | None = None
@@ -260,8 +218,7 @@ class HistoryRowOperations(StorageLifecycle):
     async def delete_transcript(self, session_id: str) -> None:
         """Delete the live rows and the compacted archive of one generation."""
         check_text("session_id", session_id)
-        async with self.uow.write() as tx:
-            await tx.transcript.delete_all(session_id)
+        await reads.delete_transcript(self.uow, session_id)
 
     # -- summaries ---------------------------------------------------------------------
 
@@ -308,70 +265,34 @@ class HistoryRowOperations(StorageLifecycle):
 
     async def save_context_state(self, state: SessionContextState) -> SessionContextState:
         check_record("state", state, SessionContextState)
-        state.session_key = canonicalize_session_key(state.session_key)
-        async with self.uow.write() as tx:
-            await tx.sessions.check_row_generation(state.session_id, state.session_key)
-            state.id = await tx.states.insert(state)
-        return state
+        _owned(state)
+        return await states.save_state(self.uow, state)
 
     async def get_context_states(
-        self,
-        session_key: str,
-        *,
-        provider: str | None = None,
-        state_kind: str | None = None,
-        valid_only: bool = True,
+        self, session_key: str, **selection: Unpack[ContextStateFilter]
     ) -> list[SessionContextState]:
-        """States of the key (every generation), ``created_at`` then id order."""
+        """States of the key (every generation), ``created_at`` then id order; keyword
+        options ``provider``, ``state_kind`` (``None``: any) and ``valid_only`` (``True``)."""
+        refuse_unknown_fields("get_context_states", selection, ContextStateFilter)
         key = canonicalize_session_key(session_key)
-        async with self.uow.read() as tx:
-            return await tx.states.list_for_key(
-                key, provider=provider, state_kind=state_kind, valid_only=valid_only
-            )
+        return await states.states(self.uow, key, **selection)
 
     async def invalidate_context_states(
         self,
         session_key: str,
         *,
-        provider: str | None = None,
-        state_kind: str | None = None,
         reason: str = "invalidated",
+        **selection: Unpack[StateSelection],
     ) -> int:
+        """Invalidate the key's valid states (of ``provider`` and ``state_kind`` when
+        given); how many changed."""
+        refuse_unknown_fields("invalidate_context_states", selection, StateSelection)
         key = canonicalize_session_key(session_key)
-        check_optional_text("provider", provider)
-        check_optional_text("state_kind", state_kind)
+        check_optional_text("provider", selection.get("provider"))
+        check_optional_text("state_kind", selection.get("state_kind"))
         check_text("reason", reason)
-        async with self.uow.write() as tx:
-            return await tx.states.invalidate(
-                key, provider=provider, state_kind=state_kind, reason=reason
-            )
+        return await states.invalidate_states(self.uow, key, reason, **selection)
 
     async def get_summary(self, summary_id: int) -> SessionSummary | None:
         """One compaction summary by its id (the repair queue addresses summaries so)."""
         return await summary_rows.by_id(self.uow, summary_id)
-
-
-async def _travel(
-    tx: Transaction, session_id: str, before: Cursor | None, after: Cursor | None
-) -> tuple[Cursor | None, bool]:
-    """Where a page starts and whether it reads forward: from a cursor that names a row of
-    the generation (``before`` first), else backward from the newest row."""
-    cursors = [cursor for cursor in (before, after) if cursor is not None]
-    found = await tx.transcript.named_positions(session_id, cursors)
-    named = dict(zip(cursors, found, strict=True))
-    if before is not None and named[before]:
-        return before, False
-    if after is not None and named[after]:
-        return after, True
-    return None, False
-
-
-async def _raise_stale(tx: Transaction, entry: TranscriptEntry, expected: int) -> NoReturn:
-    key = entry.session_key
-    node = await tx.sessions.get(key)
-    if node is None or node.epoch != expected:
-        actual = node.epoch if node is not None else None
-        raise StaleEpochError(f"Epoch mismatch for {key}: expected {expected}, got {actual}")
-    raise StaleEpochError(
-        f"Generation mismatch for {key}: expected {entry.session_id}, got {node.session_id}"
-    )

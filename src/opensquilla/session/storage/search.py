@@ -1,6 +1,5 @@
-"""Search by session id: upstream's three calls with their shapes, and the typed hits they
-are made of (docs/search.md). One read unit of work per call; a query without a term
-searches nothing and returns ``[]`` without a statement."""
+"""Search by session id: upstream's three calls with their shapes (docs/search.md), the
+front door (arguments checked) over one use case each."""
 
 from __future__ import annotations
 
@@ -8,14 +7,8 @@ from typing import Any
 
 from ..models import SessionNode, check_flag, check_integer, check_optional_text, check_text
 from ..models.checks import INT64_MAX
-from ..models.search import (
-    RANK_WINDOW,
-    SearchHit,
-    fts_terms,
-    like_terms,
-    needs_unicode_folding,
-    sanitize_fts_query,
-)
+from ..models.search import RANK_WINDOW, SearchHit, sanitize_fts_query
+from ..usecases import search
 from .lifecycle import StorageLifecycle
 
 
@@ -25,25 +18,6 @@ def _check(query: object, limit: object, session_id: object) -> tuple[str, int, 
     scope = check_optional_text("session_id", session_id)
     # Upstream filters by session only when the id is truthy.
     return checked, count, scope or None
-
-
-def _tables(include_archived: object) -> tuple[bool, ...]:
-    """The ``archived`` flag of each table a search reads: live, and the archive on request."""
-    return (False, True) if check_flag("include_archived", include_archived) else (False,)
-
-
-def _merge(hits: list[list[SearchHit]], key: Any, limit: int) -> list[SearchHit]:
-    merged = [hit for group in hits for hit in group]
-    merged.sort(key=key)
-    return merged[:limit]
-
-
-def _best_first(hit: SearchHit) -> tuple[float, int]:
-    return (-(hit.rank or 0.0), -hit.id)
-
-
-def _newest_first(hit: SearchHit) -> tuple[int, int]:
-    return (-hit.created_at, -hit.id)
 
 
 class SearchOperations(StorageLifecycle):
@@ -66,21 +40,9 @@ class SearchOperations(StorageLifecycle):
         query, limit, session_id = _check(query, limit, session_id)
         if rank_window is not None:
             rank_window = check_integer("rank_window", rank_window, minimum=1)
-        terms = fts_terms(query)
-        if not terms or limit == 0:
-            return []
-        async with self.uow.read() as tx:
-            found = [
-                await tx.search.words(
-                    terms,
-                    archived=archived,
-                    session_id=session_id,
-                    window=rank_window,
-                    limit=limit,
-                )
-                for archived in _tables(include_archived)
-            ]
-        return _merge(found, _best_first, limit)
+        archived = check_flag("include_archived", include_archived)
+        scope = search.Scope(session_id)
+        return await search.words(self.uow, query, scope, limit, archived, rank_window)
 
     async def search_substrings(
         self,
@@ -94,18 +56,8 @@ class SearchOperations(StorageLifecycle):
         whitespace-separated term of ``query`` (the first ten), newest first; Unicode case
         folded when the query has a cased non-ASCII letter."""
         query, limit, session_id = _check(query, limit, session_id)
-        terms = like_terms(query)
-        if not terms or limit == 0:
-            return []
-        fold = needs_unicode_folding(query)
-        async with self.uow.read() as tx:
-            found = [
-                await tx.search.substrings(
-                    terms, fold=fold, archived=archived, session_id=session_id, limit=limit
-                )
-                for archived in _tables(include_archived)
-            ]
-        return _merge(found, _newest_first, limit)
+        archived = check_flag("include_archived", include_archived)
+        return await search.substrings(self.uow, query, search.Scope(session_id), limit, archived)
 
     async def search_transcript(
         self,
@@ -142,8 +94,4 @@ class SearchOperations(StorageLifecycle):
         """Sessions where every term (as :meth:`search_substrings` takes them) is in the
         display name, derived title, subject or label; newest activity first."""
         query, limit, _ = _check(query, limit, None)
-        terms = like_terms(query)
-        if not terms or limit == 0:
-            return []
-        async with self.uow.read() as tx:
-            return await tx.search.titles(terms, fold=needs_unicode_folding(query), limit=limit)
+        return await search.titles(self.uow, query, limit)

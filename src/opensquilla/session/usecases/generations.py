@@ -8,11 +8,14 @@ re-created the session) is caught by the database and refreshed, never trusted
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from ..errors import SessionNotFoundError
 from ..keys import canonicalize_session_key
 from ..models import SessionNode, check_integer
-from ..storage import SessionStorage
+
+if TYPE_CHECKING:  # the storage is only held, for require(): use cases never call it
+    from ..storage import SessionStorage
 
 GENERATION_CACHE_SIZE = 10_000
 
@@ -60,10 +63,7 @@ class GenerationCache:
             raise SessionNotFoundError(f"Session not found: {key}")
         return self.remember(node)
 
-    async def current(self, key: str) -> tuple[tuple[str, int], bool]:
-        """The current generation of canonical ``key``, and whether it came from the cache."""
-        cached = self._entries.get(key)
-        if cached is not None:
-            return cached, True
-        node = await self.require(key)
-        return (node.session_id, node.epoch), False
+    def cached(self, key: str) -> tuple[str, int] | None:
+        """``(session_id, epoch)`` last seen for canonical ``key``, or ``None`` (read it
+        inside the caller's unit of work and pass it to :meth:`found`)."""
+        return self._entries.get(key)

@@ -4,64 +4,104 @@ The canonical transcript (compacted archive plus live rows, ``(created_at, id)``
 be too long to read at once. Pages address it by keyset cursors, ``(created_at, id)`` of a
 row, so a page costs the same wherever it lies; every page is one statement over both
 tables, so a compaction committing meanwhile neither duplicates nor drops rows in it.
+Values arrive checked (a page size >= 1, cursors as tuples) and keys canonical.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 
+from ..db.uow import Transaction, UnitOfWork
 from ..errors import SessionNotFoundError
-from ..keys import canonicalize_session_key
+from ..keys import CanonicalKey
 from ..models import (
     CanonicalTranscriptCoverage,
     CanonicalTranscriptPage,
     Cursor,
     TranscriptEntry,
 )
-from ..models.pages import check_cursor, check_page_size
-from ..storage import SessionStorage
 from .generations import GenerationCache
 
 
+def _unit(
+    uow: UnitOfWork, before: Cursor | None, after: Cursor | None
+) -> Callable[[], AbstractAsyncContextManager[Transaction]]:
+    """A cursor needs a lookup that must agree with the page: both in one snapshot."""
+    return uow.snapshot if before is not None or after is not None else uow.read
+
+
+async def _window(
+    tx: Transaction, session_id: str, size: int, before: Cursor | None, after: Cursor | None
+) -> tuple[list[TranscriptEntry], bool]:
+    """One page on ``tx`` and whether more rows lie beyond it in the direction of travel:
+    from a cursor that names a row of the generation (``before`` first), else backward
+    from the newest row."""
+    cursors = [cursor for cursor in (before, after) if cursor is not None]
+    named = dict(
+        zip(cursors, await tx.transcript.named_positions(session_id, cursors), strict=True)
+    )
+    position: Cursor | None = None
+    forward = False
+    if before is not None and named[before]:
+        position = before
+    elif after is not None and named[after]:
+        position, forward = after, True
+    rows = await tx.transcript.canonical_window(
+        session_id, limit=size + 1, position=position, forward=forward
+    )
+    page = rows[:size]
+    return (page if forward else page[::-1]), len(rows) > size
+
+
 async def canonical_page(
-    storage: SessionStorage,
+    uow: UnitOfWork,
     generations: GenerationCache,
-    session_key: str,
-    *,
-    limit: int,
+    key: CanonicalKey,
+    size: int,
     before: Cursor | None,
     after: Cursor | None,
 ) -> CanonicalTranscriptPage:
-    """One page of the current generation's canonical transcript, then its completeness.
+    """One page of the current generation's canonical transcript, then its completeness,
+    in one unit of work (a snapshot with a cursor). Completeness is read after the page,
+    so it describes the generation at least as late as the page (a compaction committed
+    in between is counted, its rows being in the archive by then)."""
+    async with _unit(uow, before, after)() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        entries, has_more = await _window(tx, node.session_id, size, before, after)
+        coverage = await tx.transcript.coverage(node.session_id)
+    return CanonicalTranscriptPage(entries, has_more, coverage.canonical_complete)
 
-    The arguments are checked before anything is read. The page is read for the session id
-    the key has now; completeness is read afterwards, separately, so it describes the
-    generation at least as late as the page (a compaction committed in between is counted,
-    its rows being in the archive by then)."""
-    check_page_size("limit", limit)
-    check_cursor("before", before)
-    check_cursor("after", after)
-    node = await generations.require(session_key)
-    entries, has_more = await storage.get_canonical_transcript_page(
-        node.session_id, limit=limit, before=before, after=after
-    )
-    complete = await storage.is_canonical_transcript_complete(node.session_id)
-    return CanonicalTranscriptPage(entries, has_more, complete)
+
+async def page_of(
+    uow: UnitOfWork, session_id: str, size: int, before: Cursor | None, after: Cursor | None
+) -> tuple[list[TranscriptEntry], bool]:
+    """One page of generation ``session_id`` and ``has_more`` (the storage's rows)."""
+    async with _unit(uow, before, after)() as tx:
+        return await _window(tx, session_id, size, before, after)
 
 
 async def coverage(
-    storage: SessionStorage, generations: GenerationCache, session_key: str
+    uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey
 ) -> CanonicalTranscriptCoverage:
     """The current generation's coverage (``SessionNotFoundError`` for a missing key)."""
-    node = await generations.require(session_key)
-    return await storage.get_canonical_transcript_coverage(node.session_id)
+    async with uow.read() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        return await tx.transcript.coverage(node.session_id)
 
 
-def iter_canonical_transcript(
-    storage: SessionStorage, session_key: str, *, page_size: int = 500
+async def coverage_of(uow: UnitOfWork, session_id: str) -> CanonicalTranscriptCoverage:
+    """Generation ``session_id``'s coverage; ``(False, 0, False)`` for no such id."""
+    async with uow.read() as tx:
+        return await tx.transcript.coverage(session_id)
+
+
+async def iter_canonical_transcript(
+    uow: UnitOfWork, key: CanonicalKey, size: int
 ) -> AsyncIterator[TranscriptEntry]:
-    """Every row of the key's canonical transcript, oldest first, read ``page_size`` rows at
-    a time (at most that many held at once); the arguments are checked at the call.
+    """Every row of the key's canonical transcript, oldest first, read ``size`` rows at a
+    time (at most that many held at once), one unit of work per page; the first looks the
+    generation up too.
 
     The walk reads the generation current when it starts (``SessionNotFoundError`` on the
     first step if the key is missing). Each page is one statement, consistent in itself,
@@ -77,20 +117,17 @@ def iter_canonical_transcript(
       a delete of the session) are not yielded unless already reached; a reset ends the
       walk, the old generation's rows being gone.
     """
-    size = check_page_size("page_size", page_size)
-    key = canonicalize_session_key(session_key)
-    return _walk(storage, key, size)
-
-
-async def _walk(storage: SessionStorage, key: str, size: int) -> AsyncIterator[TranscriptEntry]:
-    node = await storage.get_session(key)
-    if node is None:
-        raise SessionNotFoundError(f"Session not found: {key}")
+    session_id: str | None = None
     position: Cursor | None = None
     while True:
-        async with storage.uow.read() as tx:
+        async with uow.read() as tx:
+            if session_id is None:
+                node = await tx.sessions.get(key)
+                if node is None:
+                    raise SessionNotFoundError(f"Session not found: {key}")
+                session_id = node.session_id
             rows = await tx.transcript.canonical_window(
-                node.session_id, limit=size, position=position, forward=True
+                session_id, limit=size, position=position, forward=True
             )
         for entry in rows:
             yield entry

@@ -11,28 +11,22 @@ read from one snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from ..db.uow import UnitOfWork
 from ..errors import (
     MessageNotFoundError,
     SessionExistsError,
     SessionKeyConflictError,
     SessionNotFoundError,
 )
-from ..keys import canonicalize_session_key, require_session_key
+from ..keys import CanonicalKey
 from ..models import (
     PreparedSessionIntent,
     SessionIntent,
     SessionNode,
-    SessionStatus,
     TranscriptEntry,
-    check_text,
 )
-from ..storage import SessionStorage
 from ..support.clock import new_session_id, now_ms
 from .branching import child_of, set_lineage
-from .lifecycle import member, new_node
 from .reset import next_generation_values
 
 # What a copied row does not take from its source: its owner, its row id and its message id
@@ -47,19 +41,15 @@ def reset_node(stored: SessionNode, now: int) -> SessionNode:
 
 
 async def prepare_intent(
-    storage: SessionStorage,
-    session_key: str,
-    intent: SessionIntent | str,
-    agent_id: str,
-    fields: Mapping[str, Any],
+    uow: UnitOfWork, resolved: SessionIntent, created: SessionNode
 ) -> PreparedSessionIntent:
-    """What ``apply_intent(session_key, intent, ...)`` would do, as a plan: ``create`` for a
-    missing key (any intent), ``SessionKeyConflictError`` for ``NEW_CHAT`` on a taken key,
-    ``reset`` for ``RESET_SAME_KEY``, else ``continue``. The creation fields are checked as
-    ``apply_intent`` checks them, whether or not the key exists."""
-    resolved = member(SessionIntent, intent)
-    created = new_node(session_key, agent_id, fields)
-    stored = await storage.get_session(created.session_key)
+    """What ``apply_intent`` of ``resolved`` would do, as a plan (``created``: the row it
+    would create, its fields checked at the front door as ``apply_intent`` checks them):
+    ``create`` for a missing key (any intent), ``SessionKeyConflictError`` for
+    ``NEW_CHAT`` on a taken key, ``reset`` for ``RESET_SAME_KEY``, else ``continue``. One
+    read unit of work."""
+    async with uow.read() as tx:
+        stored = await tx.sessions.get(created.session_key)
     if stored is None:
         return PreparedSessionIntent(node=created, action="create", expected_epoch=created.epoch)
     if resolved is SessionIntent.NEW_CHAT:
@@ -77,24 +67,15 @@ async def prepare_intent(
 
 
 async def prepare_prefix_branch(
-    storage: SessionStorage,
-    parent_session_key: str,
-    new_session_key: str,
-    *,
-    fork_before_message_id: str,
-    status: SessionStatus | str,
+    uow: UnitOfWork, key: CanonicalKey, child_key: CanonicalKey, before: str, child_status: str
 ) -> PreparedSessionIntent:
     """The prefix fork ``branch(parent, child, fork_transcript=True,
     fork_before_message_id=...)`` would write, as a plan (action ``fork``): the child row
     (lineage proof as a prefix fork records it) and copies of the parent's canonical rows
     before the message. ``SessionNotFoundError`` for a missing parent,
     ``MessageNotFoundError`` for a message not in its canonical transcript,
-    ``SessionExistsError`` for a child key already taken."""
-    child_key = require_session_key(new_session_key)
-    child_status = member(SessionStatus, status).value
-    before = check_text("fork_before_message_id", fork_before_message_id, identifier=True)
-    key = canonicalize_session_key(parent_session_key)
-    async with storage.uow.snapshot() as tx:
+    ``SessionExistsError`` for a child key already taken. One snapshot."""
+    async with uow.snapshot() as tx:
         parent = await tx.sessions.get(key)
         if parent is None:
             raise SessionNotFoundError(f"Parent session not found: {key}")
@@ -105,7 +86,7 @@ async def prepare_prefix_branch(
             raise SessionExistsError(f"Session already exists: {child_key}")
         coverage = await tx.transcript.coverage(parent.session_id)
         canonical = await tx.transcript.list_canonical(parent.session_id)
-    child = storage.canonical_node(child_of(parent, child_key, child_status, now_ms()))
+    child = child_of(parent, child_key, child_status, now_ms())
     child.display_name = parent.display_name
     child.forked_from_parent = True
     set_lineage(child, coverage, "prefix")

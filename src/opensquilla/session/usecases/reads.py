@@ -1,86 +1,146 @@
-"""Transcript reads by session key that upstream added after the contract revision: the
-newest messages, one message by id, the transcript as JSON, and batch reads over many
-keys (docs/semantics.md#other-reads).
+"""Transcript reads: by session key (the manager's: the newest messages, one message by id,
+the transcript as JSON, batch reads over many keys; docs/semantics.md#other-reads) and by
+session id (the storage's rows).
 
-Each resolves the key to its current generation first, then reads that generation's rows;
-a missing key is ``SessionNotFoundError`` (a ``KeyError``), except in the batch reads,
-where it has no rows.
+A read by key resolves the key to its current generation inside its one unit of work; a
+missing key is ``SessionNotFoundError`` (a ``KeyError``), except in the batch reads, where
+it has no rows. Values arrive checked and keys canonical.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from ..keys import canonicalize_session_key
-from ..models import (
-    TranscriptEntry,
-    check_integer,
-    check_optional_integer,
-    check_text,
-    check_text_list,
-)
-from ..storage import SessionStorage
+from ..db.uow import UnitOfWork
+from ..keys import CanonicalKey
+from ..models import TranscriptEntry
 from .generations import GenerationCache
+
+# -- by session key (the manager's) ---------------------------------------------------
 
 
 async def recent_transcript(
-    storage: SessionStorage, generations: GenerationCache, session_key: str, n: int
+    uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey, n: int
 ) -> list[TranscriptEntry]:
     """The newest ``n`` live rows of the current generation, oldest first."""
-    check_integer("n", n)
-    node = await generations.require(session_key)
-    return await storage.get_recent_transcript(node.session_id, n)
+    async with uow.read() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        return await tx.transcript.live_tail(node.session_id, n) if n else []
 
 
 async def canonical_entry(
-    storage: SessionStorage, generations: GenerationCache, session_key: str, message_id: str
+    uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey, message_id: str
 ) -> TranscriptEntry | None:
     """The newest canonical row (archive or live) of the current generation carrying
     ``message_id``, or ``None``."""
-    check_text("message_id", message_id, identifier=True)
-    node = await generations.require(session_key)
-    return await storage.get_canonical_transcript_entry(node.session_id, message_id)
+    async with uow.read() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        return await tx.transcript.find_canonical_entry(node.session_id, message_id)
 
 
 async def read_transcript(
-    storage: SessionStorage, generations: GenerationCache, session_key: str, limit: int | None
+    uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey, limit: int | None
 ) -> list[dict[str, Any]]:
     """The live transcript of the current generation as JSON-ready dicts
     (``model_dump(mode="json")`` of each entry), the first ``limit`` rows when given."""
-    check_optional_integer("limit", limit)
-    node = await generations.require(session_key)
-    entries = await storage.get_transcript(node.session_id, limit)
+    async with uow.read() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        entries = await tx.transcript.list_live(node.session_id, limit=limit)
     return [entry.model_dump(mode="json") for entry in entries]
 
 
-async def count_by_key(storage: SessionStorage, session_keys: list[str]) -> dict[str, int]:
-    """Live rows of each key's current generation, keyed by the keys as given (0 for a
-    missing key); ``{}`` for no keys."""
-    keys, session_ids = await _current_generations(storage, session_keys)
-    counts = await storage.count_transcript_entries_batch(sorted(set(session_ids.values())))
+async def count_by_key(
+    uow: UnitOfWork, keys: Sequence[str], canonical: Sequence[CanonicalKey]
+) -> dict[str, int]:
+    """Live rows of each key's current generation, keyed by the keys as given (``keys``,
+    ``canonical`` their canonical forms; 0 for a missing key), from one snapshot."""
+    async with uow.snapshot() as tx:
+        session_ids = await _current(tx, keys, canonical)
+        counts = await tx.transcript.count_live_batch(sorted(set(session_ids.values())))
     return {key: counts[session_ids[key]] if key in session_ids else 0 for key in keys}
 
 
 async def user_content_by_key(
-    storage: SessionStorage, session_keys: list[str], *, limit_per_session: int
+    uow: UnitOfWork, keys: Sequence[str], canonical: Sequence[CanonicalKey], per_session: int
 ) -> dict[str, list[str]]:
-    """The first ``limit_per_session`` non-empty live ``user`` contents of each key's
-    current generation, keyed by the keys as given (``[]`` for a missing key)."""
-    check_integer("limit_per_session", limit_per_session)
-    keys, session_ids = await _current_generations(storage, session_keys)
-    contents = await storage.list_user_transcript_content_batch(
-        sorted(set(session_ids.values())), limit_per_session=limit_per_session
-    )
+    """The first ``per_session`` non-empty live ``user`` contents of each key's current
+    generation, keyed by the keys as given (``[]`` for a missing key), from one snapshot."""
+    async with uow.snapshot() as tx:
+        session_ids = await _current(tx, keys, canonical)
+        contents = await tx.transcript.first_user_contents(
+            sorted(set(session_ids.values())), per_session
+        )
     return {key: list(contents[session_ids[key]]) if key in session_ids else [] for key in keys}
 
 
-async def _current_generations(
-    storage: SessionStorage, session_keys: list[str]
-) -> tuple[list[str], dict[str, str]]:
-    """The keys as given, and ``{given key: current session id}`` of those that exist
-    (any spelling of a key reaches its session), read in one snapshot."""
-    keys = check_text_list("session_keys", session_keys, identifier=True)
-    canonical = {key: canonicalize_session_key(key) for key in keys}
-    async with storage.uow.snapshot() as tx:
-        session_ids = await tx.sessions.current_session_ids(sorted(set(canonical.values())))
-    return keys, {key: session_ids[form] for key, form in canonical.items() if form in session_ids}
+async def _current(
+    tx: Any, keys: Sequence[str], canonical: Sequence[CanonicalKey]
+) -> dict[str, str]:
+    """``{given key: current session id}`` of the keys that exist (any spelling of a key
+    reaches its session)."""
+    found = await tx.sessions.current_session_ids(sorted(set(canonical)))
+    return {key: found[form] for key, form in zip(keys, canonical, strict=True) if form in found}
+
+
+# -- by session id (the storage's rows) -------------------------------------------------
+
+
+async def live_rows(
+    uow: UnitOfWork, session_id: str, limit: int | None, offset: int
+) -> list[TranscriptEntry]:
+    """Live rows of one generation, ``ORDER BY created_at ASC, id ASC``, paginated."""
+    async with uow.read() as tx:
+        return await tx.transcript.list_live(session_id, limit=limit, offset=offset)
+
+
+async def canonical_rows(
+    uow: UnitOfWork, session_id: str, limit: int | None, offset: int
+) -> list[TranscriptEntry]:
+    """Compacted archive plus live rows, in transcript order, paginated."""
+    async with uow.read() as tx:
+        return await tx.transcript.list_canonical(session_id, limit=limit, offset=offset)
+
+
+async def live_count(uow: UnitOfWork, session_id: str) -> int:
+    async with uow.read() as tx:
+        return await tx.transcript.count_live(session_id)
+
+
+async def recent_rows(uow: UnitOfWork, session_id: str, n: int) -> list[TranscriptEntry]:
+    """The newest ``n`` live rows of one generation, oldest first (``[]`` for 0, unread)."""
+    if n == 0:
+        return []
+    async with uow.read() as tx:
+        return await tx.transcript.live_tail(session_id, n)
+
+
+async def canonical_row(
+    uow: UnitOfWork, session_id: str, message_id: str
+) -> TranscriptEntry | None:
+    async with uow.read() as tx:
+        return await tx.transcript.find_canonical_entry(session_id, message_id)
+
+
+async def live_counts(uow: UnitOfWork, session_ids: list[str]) -> dict[str, int]:
+    """Live rows per session id (0 for none); ``{}`` for no ids, unread."""
+    if not session_ids:
+        return {}
+    async with uow.snapshot() as tx:
+        return await tx.transcript.count_live_batch(session_ids)
+
+
+async def user_contents(
+    uow: UnitOfWork, session_ids: list[str], per_session: int
+) -> dict[str, list[str]]:
+    """The first ``per_session`` non-empty live user contents per id; ``{}`` for no ids."""
+    if not session_ids:
+        return {}
+    async with uow.snapshot() as tx:
+        return await tx.transcript.first_user_contents(session_ids, per_session)
+
+
+async def delete_transcript(uow: UnitOfWork, session_id: str) -> None:
+    """Delete the live rows and the compacted archive of one generation."""
+    async with uow.write() as tx:
+        await tx.transcript.delete_all(session_id)

@@ -1,92 +1,184 @@
-"""Search by session key, and the one search call that picks its path (docs/search.md).
+"""Transcript and title search (docs/search.md): by session id (upstream's three calls, the
+storage's), by session key, and the one search call that picks its path.
 
-A ``session_key`` narrows a search to the key's current generation (a missing key is
-``SessionNotFoundError``); archived rows are searched only on request.
+A ``session_key`` narrows a search to the key's current generation, looked up in the same
+unit of work (a missing key is ``SessionNotFoundError``); archived rows are searched only on
+request. A query without a term searches nothing and returns ``[]`` without a statement.
+Values arrive checked and keys canonical; one read unit of work per call.
 """
 
 from __future__ import annotations
 
-from ..models import INT64_MAX, SessionNode, check_flag, check_integer, check_optional_text
-from ..models.search import RANK_WINDOW, SearchHit, SearchResults, picks_words
-from ..storage import SessionStorage
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..db.uow import Transaction, UnitOfWork
+from ..keys import CanonicalKey
+from ..models import INT64_MAX, SessionNode
+from ..models.search import (
+    RANK_WINDOW,
+    SearchHit,
+    SearchResults,
+    fts_terms,
+    like_terms,
+    needs_unicode_folding,
+    picks_words,
+)
 from .generations import GenerationCache
 
 
-async def _scope(generations: GenerationCache, session_key: str | None) -> str | None:
-    key = check_optional_text("session_key", session_key)
-    if key is None:
-        return None
-    return (await generations.require(key)).session_id
+async def _merged(
+    find: Callable[[bool], Awaitable[list[SearchHit]]],
+    include_archived: bool,
+    order: Callable[[SearchHit], Any],
+    limit: int,
+) -> list[SearchHit]:
+    """The hits of the live table (and, ``include_archived``, the archive's), merged in
+    ``order`` and cut to ``limit``."""
+    tables = (False, True) if include_archived else (False,)
+    found = [hit for archived in tables for hit in await find(archived)]
+    return sorted(found, key=order)[:limit]
+
+
+def _best_first(hit: SearchHit) -> tuple[float, int]:
+    return (-(hit.rank or 0.0), -hit.id)
+
+
+def _newest_first(hit: SearchHit) -> tuple[int, int]:
+    return (-hit.created_at, -hit.id)
+
+
+async def _words(
+    tx: Transaction,
+    query: str,
+    session_id: str | None,
+    limit: int,
+    include_archived: bool,
+    rank_window: int | None,
+) -> list[SearchHit]:
+    """Rows holding every ASCII word of ``query``, best first: the best ``limit`` of the
+    newest ``rank_window`` matches of each table (``None``: of every match)."""
+    terms = fts_terms(query)
+    if not terms or limit == 0:
+        return []
+
+    def find(archived: bool) -> Awaitable[list[SearchHit]]:
+        return tx.search.words(
+            terms, archived=archived, session_id=session_id, window=rank_window, limit=limit
+        )
+
+    return await _merged(find, include_archived, _best_first, limit)
+
+
+async def _substrings(
+    tx: Transaction, query: str, session_id: str | None, limit: int, include_archived: bool
+) -> list[SearchHit]:
+    """Rows containing every whitespace-separated term of ``query`` (the first ten),
+    newest first; Unicode case folded when the query has a cased non-ASCII letter."""
+    terms = like_terms(query)
+    if not terms or limit == 0:
+        return []
+    fold = needs_unicode_folding(query)
+
+    def find(archived: bool) -> Awaitable[list[SearchHit]]:
+        return tx.search.substrings(
+            terms, fold=fold, archived=archived, session_id=session_id, limit=limit
+        )
+
+    return await _merged(find, include_archived, _newest_first, limit)
+
+
+async def _titles(tx: Transaction, query: str, limit: int) -> list[SessionNode]:
+    terms = like_terms(query)
+    if not terms or limit == 0:
+        return []
+    return await tx.search.titles(terms, fold=needs_unicode_folding(query), limit=limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which transcript a search reads: generation ``session_id`` (the storage's), the
+    current generation of ``key``, looked up in the search's unit of work (the manager's),
+    or every session (neither)."""
+
+    session_id: str | None = None
+    key: CanonicalKey | None = None
+    generations: GenerationCache | None = None
+
+    async def resolve(self, tx: Transaction) -> str | None:
+        if self.key is None or self.generations is None:
+            return self.session_id
+        return self.generations.found(self.key, await tx.sessions.get(self.key)).session_id
+
+
+def by_key(generations: GenerationCache, key: CanonicalKey | None) -> Scope:
+    """The current generation of ``key`` (``None``: every session)."""
+    return Scope(key=key, generations=generations)
 
 
 async def words(
-    storage: SessionStorage,
-    generations: GenerationCache,
+    uow: UnitOfWork,
     query: str,
-    *,
-    session_key: str | None,
-    include_archived: bool,
+    scope: Scope,
     limit: int,
-    rank_window: int | None = RANK_WINDOW,
+    include_archived: bool,
+    rank_window: int | None,
 ) -> list[SearchHit]:
-    session_id = await _scope(generations, session_key)
-    return await storage.search_words(
-        query,
-        session_id,
-        limit,
-        include_archived=check_flag("include_archived", include_archived),
-        rank_window=rank_window,
-    )
+    """The word search over ``scope``; a query without a term reads nothing but the
+    scope's key (a missing one is ``SessionNotFoundError``)."""
+    if (not fts_terms(query) or limit == 0) and scope.key is None:
+        return []
+    async with uow.read() as tx:
+        session_id = await scope.resolve(tx)
+        return await _words(tx, query, session_id, limit, include_archived, rank_window)
 
 
 async def substrings(
-    storage: SessionStorage,
-    generations: GenerationCache,
-    query: str,
-    *,
-    session_key: str | None,
-    include_archived: bool,
-    limit: int,
+    uow: UnitOfWork, query: str, scope: Scope, limit: int, include_archived: bool
 ) -> list[SearchHit]:
-    session_id = await _scope(generations, session_key)
-    return await storage.search_substrings(
-        query,
-        session_id,
-        limit,
-        include_archived=check_flag("include_archived", include_archived),
-    )
+    """The substring search over ``scope``; a query without a term reads nothing but the
+    scope's key (a missing one is ``SessionNotFoundError``)."""
+    if (not like_terms(query) or limit == 0) and scope.key is None:
+        return []
+    async with uow.read() as tx:
+        session_id = await scope.resolve(tx)
+        return await _substrings(tx, query, session_id, limit, include_archived)
+
+
+async def titles(uow: UnitOfWork, query: str, limit: int) -> list[SessionNode]:
+    """Sessions where every term is in the display name, derived title, subject or label;
+    newest activity first."""
+    if not like_terms(query) or limit == 0:
+        return []
+    async with uow.read() as tx:
+        return await _titles(tx, query, limit)
 
 
 async def search(
-    storage: SessionStorage,
+    uow: UnitOfWork,
     generations: GenerationCache,
     query: str,
-    *,
-    session_key: str | None,
-    include_archived: bool,
+    key: CanonicalKey | None,
     limit: int,
+    include_archived: bool,
 ) -> SearchResults:
     """Title matches (unless narrowed to one session), then message hits by the path the
     query needs (:func:`picks_words`): at most one hit per session, none from a session
-    among the title matches, at most ``limit`` of each."""
-    limit = check_integer("limit", limit, minimum=0, maximum=INT64_MAX)
-    path = "words" if isinstance(query, str) and picks_words(query) else "substring"
-    found = words if path == "words" else substrings
-    titles: list[SessionNode] = []
-    if session_key is None:
-        titles = await storage.search_sessions_by_title(query, limit)
+    among the title matches, at most ``limit`` of each; one read unit of work."""
+    path = "words" if picks_words(query) else "substring"
     # Enough hits that ``limit`` sessions survive the per-session cut in the usual case.
-    hits = await found(
-        storage,
-        generations,
-        query,
-        session_key=session_key,
-        include_archived=include_archived,
-        limit=min(limit * 5, INT64_MAX) if session_key is None else limit,
-    )
-    if session_key is not None:
+    wanted = min(limit * 5, INT64_MAX) if key is None else limit
+    async with uow.read() as tx:
+        found = await _titles(tx, query, limit) if key is None else []
+        session_id = await by_key(generations, key).resolve(tx)
+        if path == "words":
+            hits = await _words(tx, query, session_id, wanted, include_archived, RANK_WINDOW)
+        else:
+            hits = await _substrings(tx, query, session_id, wanted, include_archived)
+    if key is not None:
         return SearchResults(path=path, sessions=[], messages=hits[:limit])
-    seen = {node.session_key for node in titles}
+    seen = {node.session_key for node in found}
     messages: list[SearchHit] = []
     for hit in hits:
         if hit.session_key in seen:
@@ -95,4 +187,4 @@ async def search(
         messages.append(hit)
         if len(messages) == limit:
             break
-    return SearchResults(path=path, sessions=titles, messages=messages)
+    return SearchResults(path=path, sessions=found, messages=messages)

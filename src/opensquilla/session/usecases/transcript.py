@@ -2,7 +2,9 @@
 
 An append carries the generation it was meant for (docs/semantics.md#fencing): the fence,
 the insert and the session touch commit together, and a generation that moved on meanwhile
-refuses it (``StaleEpochError``) instead of losing it into a deleted generation.
+refuses it (``StaleEpochError``) instead of losing it into a deleted generation. Values
+arrive checked (``models.messages.check_message``) and keys canonical: nothing here checks
+them again.
 """
 
 from __future__ import annotations
@@ -14,67 +16,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from time import monotonic
 from typing import Any
 
-from ..errors import (
-    ConfigurationError,
-    InvalidInputError,
-    SessionNotFoundError,
-    StaleEpochError,
-)
-from ..keys import canonicalize_session_key
-from ..models import (
-    TranscriptEntry,
-    check_integer,
-    check_millis,
-    check_optional_integer,
-    check_optional_text,
-    check_page,
-    check_text,
-)
-from ..models.identity import chosen_message_id
+from ..db.uow import UnitOfWork
+from ..errors import ConfigurationError, SessionNotFoundError, StaleEpochError
+from ..keys import CanonicalKey
+from ..models import TranscriptEntry
+from ..models.messages import CheckedMessage, trusted_entry
 from ..models.reports import DeletionPreview
-from ..storage import SessionStorage
 from ..support.clock import now_ms
 from ..support.timeprefix import stamp, zone_problem
+from .appends import append_entry, upsert_entry
 from .generations import GenerationCache
 
 # The logger keeps the name it had before the code moved: users configure it by name.
 log = logging.getLogger("opensquilla.session.manager")
 
 MemorySyncNotify = Callable[[int], Awaitable[None] | None]
-
-PROVENANCE_KEYS = (
-    "kind",
-    "origin_session_id",
-    "source_session_key",
-    "source_channel",
-    "source_tool",
-)
-# The entry's provenance fields of an append given none.
-_NO_PROVENANCE: dict[str, Any] = dict.fromkeys(f"provenance_{name}" for name in PROVENANCE_KEYS)
-
-
-def provenance_values(provenance: object) -> dict[str, Any]:
-    """The provenance mapping's values by key; any other shape or key is refused."""
-    if provenance is None:
-        return {}
-    if not isinstance(provenance, Mapping):
-        raise InvalidInputError(
-            f"provenance must be a mapping with the keys {', '.join(PROVENANCE_KEYS)}, not "
-            f"{type(provenance).__name__}"
-        )
-    unknown = [str(name)[:40] for name in provenance if name not in PROVENANCE_KEYS]
-    if unknown:
-        raise InvalidInputError(
-            f"unknown provenance key(s) {', '.join(sorted(unknown))}; the keys are "
-            f"{', '.join(PROVENANCE_KEYS)}"
-        )
-    return dict(provenance)
-
-
-def token_delta(token_count: int | None, turn_usage: dict[str, Any] | None) -> int:
-    """What an append adds to ``total_tokens``: ``token_count`` when there is no
-    ``turn_usage`` (usage is then accounted elsewhere)."""
-    return token_count if token_count and turn_usage is None else 0
 
 
 # How long a plain append (no caller epoch: "the current generation") keeps retrying while
@@ -83,18 +39,17 @@ PLAIN_APPEND_RETRY_SECONDS = 10.0
 
 
 class Transcripts:
-    """Appending to, reading and truncating the live transcript."""
+    """Appending to the live transcript: the manager's append options (the time prefix,
+    the memory-sync callback) and the generation cache."""
 
     def __init__(
         self,
-        storage: SessionStorage,
         generations: GenerationCache,
         *,
         memory_sync_notify: MemorySyncNotify | None = None,
         inject_time_prefix: bool = True,
         time_prefix_tz: str | None = None,
     ) -> None:
-        self._storage = storage
         self._generations = generations
         self._memory_sync_notify = memory_sync_notify
         self._inject_time_prefix = inject_time_prefix
@@ -103,105 +58,44 @@ class Transcripts:
             raise ConfigurationError(f"time_prefix_tz {problem}")
         self._time_prefix_tz = time_prefix_tz
 
-    def message_fields(
-        self,
-        role: str,
-        content: str | None,
-        *,
-        message_id: str | None,
-        assistant_message_id: str | None,
-        tool_calls: list[dict[str, Any]] | None,
-        tool_call_id: str | None,
-        reasoning_content: str | None,
-        turn_usage: dict[str, Any] | None,
-        token_count: int | None,
-        provenance: Mapping[str, Any] | None,
-        turn_context: dict[str, Any] | None,
-    ) -> dict[str, Any]:
-        """The fields of the entry an append writes, but its owner (``session_id``,
-        ``session_key``): the arguments checked, user content time-stamped,
-        ``reasoning_content`` and ``turn_usage`` kept for the assistant role only, the
-        message id chosen (``None`` leaves the entry's random default)."""
-        check_text("role", role, identifier=True, non_empty=True)
-        check_optional_text("content", content)
-        check_optional_integer("token_count", token_count)
-        chosen = (
-            None
-            if message_id is None and assistant_message_id is None
-            else chosen_message_id(message_id, assistant_message_id)
-        )
-        if provenance is None:
-            origin = _NO_PROVENANCE
-        else:
-            given = provenance_values(provenance)
-            origin = {f"provenance_{name}": given.get(name) for name in PROVENANCE_KEYS}
-        if role == "user" and self._inject_time_prefix and isinstance(content, str):
-            content = stamp(content, timezone=self._time_prefix_tz)
-        assistant = role == "assistant"
-        fields: dict[str, Any] = {
-            "role": role,
-            "content": content,
-            "tool_calls": tool_calls,
-            "tool_call_id": tool_call_id,
-            "reasoning_content": reasoning_content if assistant else None,
-            "turn_usage": turn_usage if assistant else None,
-            "turn_context": turn_context,
-            "token_count": token_count,
-            **origin,
-        }
-        if chosen is not None:
-            fields["message_id"] = chosen
-        return fields
+    def entry(
+        self, session_id: str, key: CanonicalKey, values: Mapping[str, Any]
+    ) -> TranscriptEntry:
+        """The entry of checked ``values`` for generation ``session_id``: user content
+        time-stamped (unless the manager was built without the prefix)."""
+        content = values["content"]
+        if values["role"] == "user" and self._inject_time_prefix and isinstance(content, str):
+            values = {**values, "content": stamp(content, timezone=self._time_prefix_tz)}
+        return trusted_entry(session_id, key, values)
 
     async def append(
-        self,
-        session_key: str,
-        role: str,
-        content: str | None,
-        *,
-        message_id: str | None,
-        assistant_message_id: str | None,
-        tool_calls: list[dict[str, Any]] | None,
-        tool_call_id: str | None,
-        reasoning_content: str | None,
-        turn_usage: dict[str, Any] | None,
-        token_count: int | None,
-        provenance: Mapping[str, Any] | None,
-        turn_context: dict[str, Any] | None,
+        self, uow: UnitOfWork, key: CanonicalKey, message: CheckedMessage
     ) -> TranscriptEntry:
-        """``token_count`` is added to ``total_tokens`` only when no ``turn_usage`` is given
-        (usage is then accounted elsewhere); ``reasoning_content`` and ``turn_usage`` are
-        kept for the assistant role only. With a message id (``message_id`` or
-        ``assistant_message_id``) the append is an upsert: the live row of the generation
-        with that id is replaced in place, and only a new row counts its tokens."""
-        fields = self.message_fields(
-            role,
-            content,
-            message_id=message_id,
-            assistant_message_id=assistant_message_id,
-            tool_calls=tool_calls,
-            tool_call_id=tool_call_id,
-            reasoning_content=reasoning_content,
-            turn_usage=turn_usage,
-            token_count=token_count,
-            provenance=provenance,
-            turn_context=turn_context,
-        )
-        key = canonicalize_session_key(session_key)
-        delta = token_delta(token_count, turn_usage)
+        """Append a checked ``message`` to the current generation of ``key``: one unit of work
+        when the generation is cached (the append's one statement), else a read of the
+        session row first. ``token_count`` is added to ``total_tokens`` only when no
+        ``turn_usage`` is given; with a message id the append is an upsert: the live row of
+        the generation with that id is replaced in place, and only a new row counts its
+        tokens."""
+        values, delta = message.values, message.token_delta
+        by_id = values["message_id"] is not None
         deadline: float | None = None
         while True:
-            (session_id, epoch), _cached = await self._generations.current(key)
-            # InvalidInputError names any value out of its domain
-            entry = TranscriptEntry(session_id=session_id, session_key=key, **fields)
+            cached = self._generations.cached(key)
+            if cached is None:
+                async with uow.read() as tx:
+                    node = self._generations.found(key, await tx.sessions.get(key))
+                cached = (node.session_id, node.epoch)
+            session_id, epoch = cached
+            entry = self.entry(session_id, key, values)
             try:
-                if "message_id" in fields:
-                    await self._storage.upsert_transcript_entry_and_touch(
-                        entry, expected_epoch=epoch, updated_at=now_ms(), token_delta=delta
+                if by_id:
+                    await upsert_entry(
+                        uow, entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
                     )
                 else:
-                    await self._storage.append_message_entry(
-                        entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
+                    await append_entry(
+                        uow, entry, expected_epoch=epoch, now=now_ms(), token_delta=delta
                     )
             except StaleEpochError as exc:
                 # The caller named no generation: the append means "the current one". A
@@ -239,57 +133,46 @@ class Transcripts:
                 extra={"session_key": entry.session_key, "operation": "append_message"},
             )
 
-    async def live(self, session_key: str, limit: int | None, offset: int) -> list[TranscriptEntry]:
-        """The session row, then its generation's live rows, on one connection: one unit of
-        work, not one per statement (a second checkout cost as much as reading a few rows).
-        Each statement is consistent on its own, as :meth:`SessionStorage.get_transcript`'s."""
-        key = canonicalize_session_key(session_key)
-        async with self._storage.uow.read() as tx:
-            node = self._generations.found(key, await tx.sessions.get(key))
-            check_page(limit, offset)
-            return await tx.transcript.list_live(node.session_id, limit=limit, offset=offset)
 
-    async def canonical(
-        self, session_key: str, limit: int | None, offset: int
-    ) -> list[TranscriptEntry]:
-        """:meth:`live` for the canonical transcript (archive plus live rows)."""
-        key = canonicalize_session_key(session_key)
-        async with self._storage.uow.read() as tx:
-            node = self._generations.found(key, await tx.sessions.get(key))
-            check_page(limit, offset)
-            return await tx.transcript.list_canonical(node.session_id, limit=limit, offset=offset)
+async def rows(
+    uow: UnitOfWork,
+    generations: GenerationCache,
+    key: CanonicalKey,
+    limit: int | None,
+    offset: int,
+    *,
+    canonical: bool,
+) -> list[TranscriptEntry]:
+    """The session row, then its generation's live rows (``canonical``: archive plus live
+    rows), in one unit of work. Each statement is consistent on its own, as
+    :meth:`SessionStorage.get_transcript`'s."""
+    async with uow.read() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        read = tx.transcript.list_canonical if canonical else tx.transcript.list_live
+        return await read(node.session_id, limit=limit, offset=offset)
 
-    async def count(self, session_key: str) -> int:
-        node = await self._generations.require(session_key)
-        return await self._storage.count_transcript_entries(node.session_id)
 
-    async def truncate(self, session_key: str, max_messages: int) -> dict[str, Any]:
-        check_integer("max_messages", max_messages)
-        truncated, before, after = await truncate_transcript(
-            self._storage, session_key, max_messages, now_ms()
-        )
-        return {"truncated": truncated, "before_count": before, "after_count": after}
+async def count(uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey) -> int:
+    """How many live rows the current generation has, in one unit of work."""
+    async with uow.read() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        return await tx.transcript.count_live(node.session_id)
 
-    async def preview_truncate(self, session_key: str, max_messages: int) -> DeletionPreview:
-        """What :meth:`truncate` would delete now; nothing is changed."""
-        check_integer("max_messages", max_messages)
-        key = canonicalize_session_key(session_key)
-        async with self._storage.uow.snapshot() as tx:
-            node = await tx.sessions.get(key)
-            if node is None:
-                raise SessionNotFoundError(f"Session not found: {key}")
-            return await tx.overview.preview_truncate(node.session_id, max_messages)
+
+async def truncate(
+    uow: UnitOfWork, key: CanonicalKey, max_messages: int, now: int
+) -> dict[str, Any]:
+    """Keep the newest ``max_messages`` live rows (ids unchanged), drop the rest and the
+    compacted archive, in one transaction."""
+    truncated, before, after = await truncate_transcript(uow, key, max_messages, now)
+    return {"truncated": truncated, "before_count": before, "after_count": after}
 
 
 async def truncate_transcript(
-    storage: SessionStorage, session_key: str, max_messages: int, now: int
+    uow: UnitOfWork, key: CanonicalKey, max_messages: int, now: int
 ) -> tuple[bool, int, int]:
-    """Keep the newest ``max_messages`` live rows (ids unchanged), drop the rest and the
-    compacted archive, in one transaction. ``(truncated, before, after)``."""
-    key = canonicalize_session_key(session_key)
-    check_integer("max_messages", max_messages)
-    check_millis("now", now)
-    async with storage.uow.write() as tx:
+    """:func:`truncate` as ``(truncated, before, after)``."""
+    async with uow.write() as tx:
         node = await tx.sessions.get(key, lock="update")
         if node is None:
             raise SessionNotFoundError(f"Session not found: {key}")
@@ -300,3 +183,14 @@ async def truncate_transcript(
         await tx.transcript.delete_all_archive(node.session_id)
         await tx.sessions.update_fields(key, {"updated_at": now})
     return True, before, max_messages
+
+
+async def preview_truncate(
+    uow: UnitOfWork, key: CanonicalKey, max_messages: int
+) -> DeletionPreview:
+    """What :func:`truncate` would delete now, from one snapshot; nothing is changed."""
+    async with uow.snapshot() as tx:
+        node = await tx.sessions.get(key)
+        if node is None:
+            raise SessionNotFoundError(f"Session not found: {key}")
+        return await tx.overview.preview_truncate(node.session_id, max_messages)

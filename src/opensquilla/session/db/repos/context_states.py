@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Update, literal, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionContextState
+from ...models.records import ContextStateFilter, StateSelection
 from ..rows import select_rows, to_models, values_of
 from ..tables import session_context_states as states
 
 ORDER = (states.c.created_at.asc(), states.c.id.asc())
 
 
-def _invalidate(
-    session_key: str, provider: str | None, state_kind: str | None, reason: str
-) -> Update:
-    stmt = update(states).where(states.c.session_key == session_key, states.c.valid == true())
+def _selected(stmt: Any, selection: StateSelection) -> Any:
+    """``stmt`` narrowed to the selection's provider and kind (``None``: any)."""
+    provider, state_kind = selection.get("provider"), selection.get("state_kind")
     if provider is not None:
         stmt = stmt.where(states.c.provider == provider)
     if state_kind is not None:
         stmt = stmt.where(states.c.state_kind == state_kind)
-    return stmt.values(valid=False, invalid_reason=reason)
+    return stmt
+
+
+def _invalidate(session_key: str, reason: str, selection: StateSelection) -> Update:
+    stmt = update(states).where(states.c.session_key == session_key, states.c.valid == true())
+    selected: Update = _selected(stmt, selection)
+    return selected.values(valid=False, invalid_reason=reason)
 
 
 class ContextStateRepository:
@@ -41,21 +47,16 @@ class ContextStateRepository:
         self,
         session_key: str,
         *,
-        provider: str | None = None,
-        state_kind: str | None = None,
-        valid_only: bool = True,
         session_id: str | None = None,
+        **selection: Unpack[ContextStateFilter],
     ) -> list[SessionContextState]:
-        """The key's states (every generation's, or generation ``session_id``'s), oldest
-        first."""
+        """The key's states (every generation's, or generation ``session_id``'s) matching
+        ``selection`` (valid ones only unless ``valid_only=False``), oldest first."""
         query = select_rows(states, self.conn).where(states.c.session_key == session_key)
         if session_id is not None:
             query = query.where(states.c.session_id == session_id)
-        if provider is not None:
-            query = query.where(states.c.provider == provider)
-        if state_kind is not None:
-            query = query.where(states.c.state_kind == state_kind)
-        if valid_only:
+        query = _selected(query, selection)
+        if selection.get("valid_only", True):
             query = query.where(states.c.valid == true())
         return to_models(
             SessionContextState,
@@ -67,12 +68,11 @@ class ContextStateRepository:
         self,
         session_key: str,
         *,
-        provider: str | None = None,
-        state_kind: str | None = None,
         reason: str = "invalidated",
+        **selection: Unpack[StateSelection],
     ) -> int:
-        """Invalidate the currently valid matching states; how many changed."""
-        result = await self.conn.execute(_invalidate(session_key, provider, state_kind, reason))
+        """Invalidate the currently valid states matching ``selection``; how many changed."""
+        result = await self.conn.execute(_invalidate(session_key, reason, selection))
         return int(result.rowcount)
 
     async def copy_valid_to_session(

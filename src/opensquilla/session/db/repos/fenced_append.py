@@ -124,26 +124,14 @@ def fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
     }
 
 
-def check_token_delta(token_delta: object) -> None:
-    """Refuse a (non-zero) token delta outside 1..INT64_MAX."""
-    if (
-        isinstance(token_delta, bool)
-        or not isinstance(token_delta, int)
-        or not 0 < token_delta <= INT64_MAX
-    ):
-        raise InvalidInputError(
-            f"token_delta must be an integer from 0 to {INT64_MAX}; nothing was written"
-        )
-
-
 def touch_params(
     entry: TranscriptEntry, expected_epoch: int, now: int, token_delta: int
 ) -> dict[str, Any]:
-    """The bind parameters of the fenced touch, the token delta's (checked) included."""
+    """The bind parameters of the fenced touch, the token delta's included (checked at the
+    front door: an int from 0 to INT64_MAX)."""
     params = fence_params(entry, expected_epoch)
     params["touched_at"] = now
     if token_delta:
-        check_token_delta(token_delta)
         params["token_delta"] = token_delta
         params["tokens_ceiling"] = INT64_MAX - token_delta
     return params
@@ -220,8 +208,6 @@ def one_statement_append(
         params = touch_params(entry, expected_epoch, now, token_delta)
         params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
         return (_PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND), params
-    if token_delta:
-        check_token_delta(token_delta)
     row = values_of(entry, live)
     row["fence_epoch"] = expected_epoch
     row["touched_at"] = now

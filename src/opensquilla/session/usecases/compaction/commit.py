@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ...db.uow import UnitOfWork
 from ...keys import CanonicalKey
 from ...models import SessionContextState, SessionNode, SessionSummary, TranscriptEntry
-from ..context_records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
+from ..context.records import PORTABLE_STATE_KIND, context_fingerprint, read_context_records
 
 
 def portable_states(summary: SessionSummary, now: int) -> list[SessionContextState]:

@@ -25,7 +25,7 @@ from ...errors import CompactionTimeoutError
 from ...keys import CanonicalKey
 from ...models import INT64_MAX, SessionNode, TranscriptEntry
 from ...support.clock import now_ms
-from ..context_records import RollingContext
+from ..context.records import RollingContext
 from .commit import ContextStateChanged, rewrite_compacted_session
 from .flight import Flight
 from .lease import HeldLease, take_lease

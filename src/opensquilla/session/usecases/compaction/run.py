@@ -36,7 +36,7 @@ from ...errors import InvalidInputError
 from ...keys import CanonicalKey
 from ...models import SessionNode, TranscriptEntry
 from ...support.clock import now_ms
-from ..context_records import RollingContext, read_context_records
+from ..context.records import RollingContext, read_context_records
 from .execute import Run, bounded, run_flight
 from .flight import flight_key, join_flight
 from .lease import Replan

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 
-from ..compaction.tokens import entry_tokens, estimate_tokens
-from ..compaction.tools import is_tool_result
-from ..errors import SessionNotFoundError
-from ..keys import canonicalize_session_key
-from ..models import TranscriptEntry, check_integer
-from ..models.context_view import ContextView
-from ..storage import SessionStorage
+from ...compaction.tokens import entry_tokens, estimate_tokens
+from ...compaction.tools import is_tool_result
+from ...db.uow import UnitOfWork
+from ...errors import SessionNotFoundError
+from ...keys import CanonicalKey
+from ...models import TranscriptEntry
+from ...models.context_view import ContextView
 
 FIRST_BATCH = 64
 MAX_BATCH = 4096
@@ -49,12 +49,10 @@ def turn_start(entries: list[TranscriptEntry]) -> int:
     return len(entries)
 
 
-async def context_view(storage: SessionStorage, session_key: str, max_tokens: int) -> ContextView:
+async def context_view(uow: UnitOfWork, key: CanonicalKey, max_tokens: int) -> ContextView:
     """The latest summary and the newest live messages fitting ``max_tokens`` (the summary
     counts against it), on a turn boundary; ``SessionNotFoundError`` for a missing key."""
-    check_integer("max_tokens", max_tokens)
-    key = canonicalize_session_key(session_key)
-    async with storage.uow.snapshot() as tx:
+    async with uow.snapshot() as tx:
         node = await tx.sessions.get(key)
         if node is None:
             raise SessionNotFoundError(f"Session not found: {key}")

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from typing import Any
 
-from ..errors import InvalidInputError
-from ..keys import canonicalize_session_key
-from ..models import SessionContextState, check_optional_integer, check_optional_text
-from ..support.clock import now_ms as clock_ms
+from ...errors import InvalidInputError
+from ...keys import canonicalize_session_key
+from ...models import SessionContextState, check_optional_integer, check_optional_text
+from ...support.clock import now_ms as clock_ms
 
 OPENAI_RESPONSES_PROVIDER = "openai_responses"
 OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND = "openai_responses_compacted_window"

@@ -17,12 +17,12 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from ..compaction.coverage import render_structured_summary
-from ..compaction.payload import StructuredSummaryV1
-from ..compaction.summary_replay import STRUCTURED_HEADER
-from ..db.uow import Transaction
-from ..models import SessionContextState, SessionSummary
-from ..support import clock
+from ...compaction.coverage import render_structured_summary
+from ...compaction.payload import StructuredSummaryV1
+from ...compaction.summary_replay import STRUCTURED_HEADER
+from ...db.uow import Transaction
+from ...models import SessionContextState, SessionSummary
+from ...support import clock
 
 PORTABLE_STATE_KIND = "structured_summary_v1"
 

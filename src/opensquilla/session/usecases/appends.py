@@ -1,0 +1,89 @@
+"""Writing one transcript row: the fenced append (the hot path), the append by message id,
+and the plain insert of a caller's own entry (docs/semantics.md#fencing).
+
+Each is one unit of work; the values arrive checked (an entry built or checked at the front
+door, its key canonical). A refused fence is told apart (epoch or generation) by a read of
+the session row: in the same unit where there is one, after the one-statement append in a
+second, on that error path only.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from ..db.uow import Transaction, UnitOfWork
+from ..errors import StaleEpochError
+from ..models import TranscriptEntry
+
+
+async def append_entry(
+    uow: UnitOfWork, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
+) -> TranscriptEntry:
+    """The fence (key, epoch, session id), the insert and the session touch (``updated_at``,
+    ``total_tokens + delta``) commit together or not at all: one statement in autocommit
+    where the database takes it (``uow.appends_in_one_statement``), else three in one write
+    transaction. ``entry.id`` is set; ``StaleEpochError`` when the fence refused."""
+    if await uow.appends_in_one_statement():
+        new_id = await uow.append_in_one_statement(
+            entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
+        if new_id is None:
+            # The error path only: a second unit tells the epoch from the generation.
+            async with uow.read() as tx:
+                await raise_stale(tx, entry, expected_epoch)
+    else:
+        async with uow.write() as tx:
+            new_id = await tx.transcript.append_and_touch(
+                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+            )
+            if new_id is None:
+                await raise_stale(tx, entry, expected_epoch)
+    entry.id = new_id
+    return entry
+
+
+async def upsert_entry(
+    uow: UnitOfWork, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
+) -> bool:
+    """The append by message id, one write transaction (``tx.transcript.upsert_and_touch``):
+    the live row with ``entry.message_id`` replaced in place or ``entry`` inserted;
+    ``entry`` gets the row's ``id`` and ``created_at``; ``True`` iff it was inserted."""
+    async with uow.write() as tx:
+        placed = await tx.transcript.upsert_and_touch(
+            entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
+        if placed is None:
+            await raise_stale(tx, entry, expected_epoch)
+    entry.id, entry.created_at, inserted = placed
+    return inserted
+
+
+async def insert_entry(
+    uow: UnitOfWork, entry: TranscriptEntry, expected_epoch: int | None
+) -> TranscriptEntry:
+    """Insert a caller's ``entry`` (its ``id`` set), one write transaction: with
+    ``expected_epoch`` only while the session is still the entry's generation at exactly
+    that epoch (else ``StaleEpochError``); without, while the entry's session id is the
+    key's row or no row's."""
+    async with uow.write() as tx:
+        if expected_epoch is None:
+            await tx.sessions.check_row_generation(entry.session_id, entry.session_key)
+            entry.id = await tx.transcript.insert(entry)
+            return entry
+        new_id = await tx.transcript.insert_fenced(entry, expected_epoch)
+        if new_id is None:
+            await raise_stale(tx, entry, expected_epoch)
+        entry.id = new_id
+    return entry
+
+
+async def raise_stale(tx: Transaction, entry: TranscriptEntry, expected: int) -> NoReturn:
+    """The fence refused ``entry``: say whether the epoch or the generation moved on."""
+    key = entry.session_key
+    node = await tx.sessions.get(key)
+    if node is None or node.epoch != expected:
+        actual = node.epoch if node is not None else None
+        raise StaleEpochError(f"Epoch mismatch for {key}: expected {expected}, got {actual}")
+    raise StaleEpochError(
+        f"Generation mismatch for {key}: expected {entry.session_id}, got {node.session_id}"
+    )
