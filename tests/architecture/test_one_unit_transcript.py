@@ -135,8 +135,6 @@ MANAGER: dict[str, tuple[Call, int]] = {
     "get_context_states": (lambda w: w.manager.get_context_states(KEY, provider="portable"), 1),
     "get_latest_context_state": (lambda w: w.manager.get_latest_context_state(KEY), 1),
     "invalidate_context_states": (lambda w: w.manager.invalidate_context_states(KEY), 1),
-    "get_summaries": (lambda w: w.manager.get_summaries(KEY), 1),
-    "get_latest_summary": (lambda w: w.manager.get_latest_summary(KEY), 1),
     "get_context_view": (lambda w: w.manager.get_context_view(KEY, max_tokens=1000), 1),
     "prepare_intent": (lambda w: w.manager.prepare_intent(KEY, "continue"), 1),
     "prepare_prefix_branch": (_fresh_child, 1),
@@ -227,8 +225,6 @@ STORAGE_ELSEWHERE = {  # summaries and the compacted archive: compaction's domai
     "sanitize_fts_query",
 }
 MANAGER_IN_INIT = {
-    "get_summaries",
-    "get_latest_summary",
     "get_context_view",
     "preview_truncate",
 }

@@ -99,4 +99,4 @@ print(sorted({record.operation for record in seen}))
     )
     assert done.returncode == 0, done.stderr
     assert "'append_message'" in done.stdout
-    assert "'storage.append_message_entry'" in done.stdout
+    assert "'storage.connect'" in done.stdout

@@ -73,7 +73,7 @@ class SessionManager(
         (docs/semantics.md#time-prefix).
         """
         self._storage = storage
-        self._generations = GenerationCache(storage)
+        self._generations = GenerationCache()
         resets = Resets(
             self._generations,
             storage.archive_place,
@@ -98,4 +98,3 @@ class SessionManager(
 
     def set_cached_epoch(self, session_key: str, epoch: int) -> None:
         self._generations.observe_epoch(session_key, epoch)
-

@@ -1,4 +1,4 @@
-"""The manager's context calls: the summaries, the context view, the compaction
+"""The manager's context calls: the context view, the compaction
 checkpoints in force, and the provider context states saved, read, chosen and
 invalidated, by session key.
 
@@ -14,7 +14,6 @@ from ..models import (
     STATE_KIND_MAX_LENGTH,
     ContextView,
     SessionContextState,
-    SessionSummary,
     check_flag,
     check_integer,
     check_optional_text,
@@ -32,16 +31,6 @@ class ContextStateCalls:
 
     _storage: SessionStorage
     _generations: GenerationCache
-
-    async def get_summaries(self, session_key: str) -> list[SessionSummary]:
-        """The current generation's compaction summaries, oldest first."""
-        key = canonicalize_session_key(session_key)
-        return await states.summaries(self._storage.uow, self._generations, key)
-
-    async def get_latest_summary(self, session_key: str) -> SessionSummary | None:
-        """The current generation's newest compaction summary, or ``None``."""
-        key = canonicalize_session_key(session_key)
-        return await states.latest_summary(self._storage.uow, self._generations, key)
 
     async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
         """What a prompt needs, from one snapshot: the latest summary and the newest live

@@ -265,4 +265,3 @@ class TranscriptCalls:
         check_integer("max_messages", max_messages)
         key = canonicalize_session_key(session_key)
         return await transcript.preview_truncate(self._storage.uow, key, max_messages)
-

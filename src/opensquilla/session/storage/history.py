@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
+from ..db.lifecycle import StorageLifecycle
 from ..keys import agent_key_prefix, canonicalize_session_key
 from ..models import (
     CanonicalTranscriptCoverage,
@@ -27,9 +28,8 @@ from ..models.identity import check_turn_context
 from ..models.pages import check_cursor, check_page_size
 from ..models.records import ContextStateFilter, StateSelection
 from ..usecases import appends, messages, pages, reads
-from ..usecases.context import states
 from ..usecases.compaction import summaries as summary_rows
-from .lifecycle import StorageLifecycle
+from ..usecases.context import states
 
 
 def _owned(record: TranscriptEntry | SessionContextState) -> None:

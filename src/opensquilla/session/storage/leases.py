@@ -7,10 +7,10 @@ as given, as the compaction use case canonicalised it) and runs one use case of
 
 from __future__ import annotations
 
+from ..db.lifecycle import StorageLifecycle
 from ..models.checks import check_integer, check_text
 from ..models.leases import CompactionLease
 from ..usecases.compaction import lease
-from .lifecycle import StorageLifecycle
 
 # A lease lives for at most a year (and the expiry, the clock plus this, fits 64 bits).
 MAX_TTL_MS = 366 * 24 * 3600 * 1000

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..db.lifecycle import StorageLifecycle
 from ..models import SessionNode, check_flag, check_integer, check_optional_text, check_text
 from ..models.checks import INT64_MAX
 from ..models.search import RANK_WINDOW, SearchHit, sanitize_fts_query
 from ..usecases import search
-from .lifecycle import StorageLifecycle
 
 
 def _check(query: object, limit: object, session_id: object) -> tuple[str, int, str | None]:

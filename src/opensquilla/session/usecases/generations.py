@@ -8,14 +8,10 @@ re-created the session) is caught by the database and refreshed, never trusted
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from ..errors import SessionNotFoundError
 from ..keys import canonicalize_session_key
 from ..models import SessionNode, check_integer
-
-if TYPE_CHECKING:  # the storage is only held, for require(): use cases never call it
-    from ..storage import SessionStorage
 
 GENERATION_CACHE_SIZE = 10_000
 
@@ -23,8 +19,7 @@ GENERATION_CACHE_SIZE = 10_000
 class GenerationCache:
     """``key -> (session_id, epoch)``, least recently used first, bounded."""
 
-    def __init__(self, storage: SessionStorage, size: int = GENERATION_CACHE_SIZE) -> None:
-        self._storage = storage
+    def __init__(self, size: int = GENERATION_CACHE_SIZE) -> None:
         self._size = size
         self._entries: OrderedDict[str, tuple[str, int]] = OrderedDict()
 
@@ -50,14 +45,9 @@ class GenerationCache:
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)
 
-    async def require(self, session_key: str) -> SessionNode:
-        """The session row (read now), or ``SessionNotFoundError``."""
-        key = canonicalize_session_key(session_key)
-        return self.found(key, await self._storage.get_session(key))
-
     def found(self, key: str, node: SessionNode | None) -> SessionNode:
-        """``node``, the row of canonical ``key`` just read (by :meth:`require`, or inside
-        a caller's unit of work), remembered; ``None``: ``SessionNotFoundError``."""
+        """``node``, the row of canonical ``key`` just read inside the caller's unit of
+        work, remembered; ``None``: ``SessionNotFoundError``."""
         if node is None:
             self.forget(key)
             raise SessionNotFoundError(f"Session not found: {key}")

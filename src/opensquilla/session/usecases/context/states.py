@@ -1,4 +1,4 @@
-"""Summaries and provider context states of a session key (docs/semantics.md#tables), and
+"""Provider context states of a session key (docs/semantics.md#tables), and
 the checkpoints in force: one unit of work per call, the generation looked up inside it.
 Values arrive checked and keys canonical."""
 
@@ -8,30 +8,12 @@ from typing import Unpack
 
 from ...db.uow import UnitOfWork
 from ...keys import CanonicalKey
-from ...models import SessionContextState, SessionSummary
+from ...models import SessionContextState
 from ...models.records import ContextStateFilter, StateSelection
 from ...support.clock import now_ms
 from ..generations import GenerationCache
 from .provider_states import latest_context_state
 from .records import CompactionContextRecord, read_context_records
-
-
-async def summaries(
-    uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey
-) -> list[SessionSummary]:
-    """The current generation's summaries, oldest first."""
-    async with uow.read() as tx:
-        node = generations.found(key, await tx.sessions.get(key))
-        return await tx.summaries.list_for_session(node.session_id)
-
-
-async def latest_summary(
-    uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey
-) -> SessionSummary | None:
-    """The current generation's newest summary, or ``None``."""
-    async with uow.read() as tx:
-        node = generations.found(key, await tx.sessions.get(key))
-        return await tx.summaries.latest(node.session_id)
 
 
 async def context_records(
