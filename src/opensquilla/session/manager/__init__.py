@@ -220,7 +220,7 @@ class SessionManager(TranscriptCalls, SearchCalls, ArchiveCalls, PreparedCalls, 
 
     async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
         """What a prompt needs, from one snapshot: the latest summary and the newest live
-        messages that fit ``max_tokens`` with it, starting on a turn boundary (README,
+        messages that fit ``max_tokens`` with it, starting on a turn boundary (docs/reading.md,
         "Reading a session")."""
         return await context_view(self._storage, session_key, max_tokens)
 
