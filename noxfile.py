@@ -1,6 +1,7 @@
 """The test matrix: ``nox`` runs lint and the whole suite on SQLite and on PostgreSQL.
 
-    nox                       # lint, tests(sqlite), tests(postgres), bench (--quick smoke)
+    nox                       # lint, docs, tests(sqlite), tests(postgres), bench (--quick smoke)
+    nox -s docs               # the documentation site: mkdocs build --strict
     nox -s "tests(sqlite)"    # only the SQLite half: needs no PostgreSQL
     nox -s "tests(postgres)" -- -k branch
     nox -s contract           # ../shared/spec/run_contract.py on both backends
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "tests(sqlite)", "tests(postgres)", "bench"]
+nox.options.sessions = ["lint", "docs", "tests(sqlite)", "tests(postgres)", "bench"]
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
@@ -60,6 +61,17 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
     session.run("lint-imports")  # the layering contracts in pyproject.toml
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs.yml), strict: a broken link, a missing anchor, an
+    included section that is gone or a docstring mkdocstrings cannot read fails the build."""
+    session.install("-e", ".[docs]")
+    site = Path(session.create_tmp()) / "site"
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", str(site), env={"NO_MKDOCS_2_WARNING": "1"}
+    )
 
 
 @nox.session

@@ -25,7 +25,13 @@ from opensquilla.session.db.version_table import schema_of
 
 config = context.config
 
-if config.config_file_name is not None and config.attributes.get("connection") is None:
+# The checkout's alembic.ini configures logging; a minimal ini that only names the packaged
+# scripts (``script_location = opensquilla.session:_alembic``, docs/deploying.md) does not.
+if (
+    config.config_file_name is not None
+    and config.attributes.get("connection") is None
+    and config.file_config.has_section("loggers")
+):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 

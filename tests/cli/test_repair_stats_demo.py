@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .support import append_script, cli, dump_tables, opened, run, seed_rich
@@ -81,37 +82,69 @@ def test_stats(database: str, _archive_dir: Path) -> None:
     assert "repair queue:      2" in human.stdout
 
 
-def test_demo_on_the_embedded_default_twice(tmp_path: Path, monkeypatch) -> None:
+def test_demo_writes_into_a_new_temporary_directory_and_says_so(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Unless told where, the demo never touches the embedded default database (or the
+    home's archive directory): each run gets a new temporary directory, named in its output."""
     monkeypatch.delenv("OPENSQUILLA_SESSION_DSN", raising=False)
     monkeypatch.delenv("OPENSQUILLA_SESSION_ARCHIVE_DIR", raising=False)
     home = tmp_path / "home"  # OPENSQUILLA_STATE_DIR (set by the autouse fixture)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     first = cli(None, "demo", "--json")
     assert first.exit_code == 0, first.output
     second = cli(None, "demo")
     assert second.exit_code == 0, second.output
 
     report = json.loads(first.stdout)
-    db = home / "sessions.db"
+    assert report["chosen_by"] == "a new temporary directory"
+    directory = Path(report["directory"])
+    assert directory.parent == temporary
+    db = directory / "sessions.db"
     assert report["database"].endswith(str(db))
     assert oct(db.stat().st_mode & 0o777) == "0o600"
+    assert not (home / "sessions.db").exists() and not (home / "session-archive").exists()
     steps = {step["step"]: step for step in report["steps"]}
     assert list(steps) == ["create", "append", "compact", "branch", "reset"]
     assert steps["compact"]["removed"] == 8 and steps["compact"]["summary"]
     assert steps["compact"]["coverage_status"] == "pass_with_backfill"
+    assert steps["compact"]["glossary"]["coverage"].endswith("/glossary/#coverage")
     assert steps["branch"]["messages"] == 8
     archive = Path(steps["reset"]["archive_path"])
-    assert archive.is_file() and archive.parent == home / "session-archive"
+    assert archive.is_file() and archive.parent == directory / "session-archive"
+
+    (other,) = set(temporary.iterdir()) - {directory}  # the second run: a directory of its own
+    assert str(other) in second.stdout and f"{other}/sessions.db" in second.stdout
     for title in ("create", "append", "compact", "branch", "reset"):
         assert title in second.stdout
     assert "old generation archived to" in second.stdout
+    assert "coverage: https://" in second.stdout and "/glossary/#coverage" in second.stdout
 
     keys = json.loads(cli(str(db), "sessions", "list", "--agent", "demo", "--json").stdout)
-    assert len(keys["sessions"]) == 4  # two runs, each a session and its branch
+    assert len(keys["sessions"]) == 2  # one run: a session and its branch
+
+
+def test_demo_in_a_named_directory(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("OPENSQUILLA_SESSION_DSN", raising=False)
+    target = tmp_path / "demo-here"
+    result = cli(None, "demo", "--dir", str(target), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["chosen_by"] == "--dir" and report["directory"] == str(target)
+    assert (target / "sessions.db").is_file()
+    steps = {step["step"]: step for step in report["steps"]}
+    assert Path(steps["reset"]["archive_path"]).parent == target / "session-archive"
+    both = cli(str(tmp_path / "x.db"), "demo", "--dir", str(target))
+    assert both.exit_code == 1 and "not both" in both.stderr
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_demo_respects_dsn(database: str) -> None:
     result = cli(database, "demo", "--json")
     assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["chosen_by"] == "--dsn"
     key = json.loads(result.stdout)["session_key"]
     assert key in {row["session_key"] for row in run(dump_tables(database))["sessions"]}
 

@@ -1,4 +1,5 @@
-"""Every Python block of README.md and docs/*.md runs, on the backend of the run, so the
+"""Every Python block of README.md, docs/**/*.md (the site), CHANGELOG.md and
+bench/RESULTS.md (parts of which the site includes) runs, on the backend of the run, so the
 documentation cannot drift from the code.
 
 The convention (README.md states the reader's side of it under "Quick start"):
@@ -44,7 +45,12 @@ from opensquilla.session import SessionManager, SessionStorage
 from ..fake_llm import FakeLLM, running
 from ..helpers import DSN_ENV, REPO_ROOT
 
-DOCUMENTS = (REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")))
+DOCUMENTS = (
+    REPO_ROOT / "README.md",
+    *sorted((REPO_ROOT / "docs").rglob("*.md")),
+    REPO_ROOT / "CHANGELOG.md",
+    REPO_ROOT / "bench" / "RESULTS.md",
+)
 PROGRAM_LINES = ("asyncio.run(", 'if __name__ == "__main__":')
 NOT_RUN_PREFIX = "# not run:"
 MAX_NOT_RUN = 2
@@ -107,7 +113,7 @@ FRAGMENTS = [s for s in SNIPPETS if s.not_run_reason is None and not s.is_progra
 
 
 def test_the_documents_have_snippets_and_few_are_not_run() -> None:
-    assert PROGRAMS, "README.md lost its complete quick-start program"
+    assert any(s.path.name == "README.md" for s in PROGRAMS), "README.md lost its program"
     assert len(FRAGMENTS) >= 5, [s.where for s in SNIPPETS]
     not_run = [s for s in SNIPPETS if s.not_run_reason is not None]
     assert all(s.not_run_reason for s in not_run), [
@@ -190,6 +196,20 @@ async def test_fragments_with_await_run_on_the_loop_and_others_off_it() -> None:
     assert namespace["ran"] == "own loop"
     with pytest.raises(AssertionError, match=r"^README\.md:7 \(a fragment\) failed: KeyError"):
         await run_fragment(Snippet(here, 7, "{}['missing']\n"), namespace)
+
+
+def test_examples_import_only_from_the_package_itself() -> None:
+    """Every type an example uses is importable from ``opensquilla.session`` (issue 32), and
+    the examples import it from there, never from a submodule that may move."""
+    imported: dict[str, list[str]] = {}
+    for snippet in SNIPPETS:
+        tree = ast.parse(snippet.code)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opensquilla"):
+                imported.setdefault(node.module or "", []).append(snippet.where)
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("opensquilla.") for a in node.names), snippet.where
+    assert set(imported) == {"opensquilla.session"}, imported
 
 
 @pytest.fixture

@@ -1,7 +1,15 @@
-"""opensquilla-session: the durable session store for AI-agent runtimes."""
+"""opensquilla-session: the durable session store for AI-agent runtimes.
+
+Every name a documentation example uses is importable from here; ``__version__`` is the
+installed distribution's version (its metadata), so it cannot disagree with the wheel.
+"""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
+from .compaction import CompactionConfig, CompactionResult, format_compaction_summary_context
+from .config import resolve_dsn
 from .errors import (
     ArchiveWriteError,
     CompactionTimeoutError,
@@ -9,11 +17,16 @@ from .errors import (
     DatabaseNotFoundError,
     EventLoopMismatchError,
     InvalidInputError,
+    MessageNotFoundError,
+    MigrationError,
     SessionExistsError,
+    SessionIdInUseError,
     SessionNotFoundError,
     SessionStoreError,
     StaleEpochError,
+    StaleGenerationError,
 )
+from .llm import LLMSettings, OpenAICompatibleSummarizer
 from .manager import SessionManager
 from .models import (
     CANONICAL_FORK_PROOF_SCHEMA_VERSION,
@@ -30,7 +43,9 @@ from .models import (
     SessionSummary,
     TranscriptEntry,
 )
+from .models.reports import ResetReport
 from .storage import SessionStorage
+from .sync import SyncSessionManager, SyncSessionStorage
 from .usecases.context.provider_states import (
     OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND,
     build_openai_responses_input_items,
@@ -39,13 +54,20 @@ from .usecases.context.provider_states import (
 )
 from .usecases.context.records import CompactionContextRecord, build_compaction_context_records
 
+try:
+    __version__ = version("opensquilla-session")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
     "OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND",
     "ArchiveWriteError",
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
+    "CompactionConfig",
     "CompactionContextRecord",
+    "CompactionResult",
     "CompactionSourceSnapshot",
     "CompactionTimeoutError",
     "ConfigurationError",
@@ -53,8 +75,14 @@ __all__ = [
     "DatabaseNotFoundError",
     "EventLoopMismatchError",
     "InvalidInputError",
+    "LLMSettings",
+    "MessageNotFoundError",
+    "MigrationError",
+    "OpenAICompatibleSummarizer",
+    "ResetReport",
     "SessionContextState",
     "SessionExistsError",
+    "SessionIdInUseError",
     "SessionIntent",
     "SessionListCursor",
     "SessionListPage",
@@ -66,9 +94,15 @@ __all__ = [
     "SessionStoreError",
     "SessionSummary",
     "StaleEpochError",
+    "StaleGenerationError",
+    "SyncSessionManager",
+    "SyncSessionStorage",
     "TranscriptEntry",
+    "__version__",
     "build_compaction_context_records",
     "build_openai_responses_input_items",
+    "format_compaction_summary_context",
     "latest_context_state",
     "openai_responses_compacted_window_state",
+    "resolve_dsn",
 ]

@@ -14,6 +14,10 @@ from typing import Literal, get_args
 from .errors import ConfigurationError
 
 DSN_ENV = "OPENSQUILLA_SESSION_DSN"
+# The documentation site ([project.urls] Documentation in pyproject.toml, site_url in
+# mkdocs.yml; tests/docs checks that the three agree). The demo links its terms into it.
+DOCUMENTATION_URL = "https://opensquilla.github.io/opensquilla-session/"
+GLOSSARY_URL = DOCUMENTATION_URL + "glossary/"
 # "user:password@" after a "/": in "scheme://", and in mangled schemes too ("postgresql:/",
 # "postgresql//"). The user part holds no ":", "/" or "@"; the password runs to the *last*
 # "@" of the word, since a raw password may hold "@" or "/" itself (over-masking is

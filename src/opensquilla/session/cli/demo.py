@@ -1,9 +1,11 @@
 """A scripted agent conversation that walks through the store's main operations.
 
-``opensquilla-session demo`` runs it on the embedded default database: create a session,
-append a conversation with tool calls, compact it (summary, coverage, archive), branch
-before a message, and reset it (the old generation goes to an archive file). Every run uses
-a fresh key, so it can be run again and again.
+``opensquilla-session demo`` runs it in a new temporary directory (``--dir`` names another
+directory, ``--dsn`` or ``$OPENSQUILLA_SESSION_DSN`` a database), never in the embedded
+default database: create a session, append a conversation with tool calls, compact it
+(summary, coverage, archive), branch before a message, and reset it (the old generation
+goes to an archive file). It says where it wrote, and each step names the glossary entries
+(URLs) of the terms it prints. Every run uses a fresh key, so it can be run again and again.
 
 The script lives with the command (not in the library): it is a walkthrough for people
 trying the store, and the command is its only caller.
@@ -12,18 +14,23 @@ trying the store, and the command is its only caller.
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from ..compaction import CompactionConfig
+from ..config import DSN_ENV, GLOSSARY_URL
 from ..manager import SessionManager
+from ..storage import SessionStorage
 from .options import Json, LLMApiKeyEnv, LLMBaseUrl, LLMModel, LLMTimeout
 from .render.demo import DEMO, DemoRun
-from .runtime import dsn, open_manager, run
+from .runtime import Options, dsn, fail, run
 from .summarizer import ChosenSummarizer, LLMOptions, choose_summarizer, describe_line, fallback
 
 DEMO_AGENT = "demo"
@@ -122,11 +129,38 @@ SCRIPT: tuple[tuple[str, str, list[dict[str, Any]] | None, str | None, int], ...
 BRANCH_BEFORE = 8  # the branch starts before the ninth message (the itinerary request)
 
 
+# The glossary entries (docs/glossary.md anchors) of the terms each step prints.
+STEP_TERMS: dict[str, tuple[str, ...]] = {
+    "create": ("session-key", "generation", "epoch"),
+    "append": ("transcript", "total-tokens"),
+    "compact": (
+        "compaction",
+        "summarizer",
+        "compacted-archive",
+        "canonical-transcript",
+        "coverage",
+        "context-state",
+        "summary",
+    ),
+    "branch": ("branch", "canonical-transcript"),
+    "reset": ("reset", "generation", "epoch", "reset-archive"),
+}
+
+
+def glossary_url(term: str) -> str:
+    """The glossary entry of ``term`` on the documentation site."""
+    return f"{GLOSSARY_URL}#{term}"
+
+
 @dataclass
 class DemoStep:
     title: str
     lines: list[str]
     data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terms(self) -> dict[str, str]:
+        return {term: glossary_url(term) for term in STEP_TERMS.get(self.title, ())}
 
 
 @dataclass
@@ -278,22 +312,70 @@ async def run_demo(
     return report
 
 
+DemoDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--dir",
+        help="Directory for the demo's database (sessions.db) and reset archives; default: "
+        "a new temporary directory. --dsn or $OPENSQUILLA_SESSION_DSN name a database instead.",
+        file_okay=False,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class DemoPlace:
+    """Where the demo writes: a database, and the directory its reset archives go to (None:
+    the storage's default), and how it was chosen."""
+
+    dsn: str
+    archive_dir: Path | None
+    chosen_by: str
+
+
+def demo_place(ctx: typer.Context, directory: Path | None) -> DemoPlace:
+    """``--dir``, else a database the user named (``--dsn``, the environment), else a new
+    temporary directory: the demo never writes into the embedded default database."""
+    options = ctx.find_object(Options)
+    named = (options is not None and options.dsn is not None) or bool(
+        os.environ.get(DSN_ENV, "").strip()
+    )
+    if directory is not None:
+        if options is not None and options.dsn is not None:
+            raise fail("give the demo --dir or --dsn, not both")
+        directory = directory.expanduser()
+        chosen_by = "--dir"
+    elif named:
+        return DemoPlace(dsn(ctx), None, "--dsn" if options and options.dsn else f"${DSN_ENV}")
+    else:
+        directory = Path(tempfile.mkdtemp(prefix="opensquilla-session-demo-"))
+        chosen_by = "a new temporary directory"
+    return DemoPlace(str(directory / "sessions.db"), directory / "session-archive", chosen_by)
+
+
 def demo(
     ctx: typer.Context,
     as_json: Json = False,
+    directory: DemoDir = None,
     llm_base_url: LLMBaseUrl = None,
     llm_model: LLMModel = None,
     llm_api_key_env: LLMApiKeyEnv = None,
     llm_timeout: LLMTimeout = None,
 ) -> None:
-    """Play a scripted agent conversation on the database (the embedded default if unset)."""
+    """Play a scripted agent conversation in a new temporary directory (or --dir, --dsn)."""
     llm = LLMOptions(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
-    DEMO.show(run(lambda: _demo(dsn(ctx), llm)), as_json)
+    DEMO.show(run(lambda: _demo(ctx, directory, llm)), as_json)
 
 
-async def _demo(dsn: str, llm: LLMOptions) -> DemoRun:
+async def _demo(ctx: typer.Context, directory: Path | None, llm: LLMOptions) -> DemoRun:
     """The call into the library: the script, on a manager of its own."""
     chosen = choose_summarizer(llm)  # bad LLM settings are refused before the database opens
-    async with open_manager(dsn) as manager:
-        report = await run_demo(manager, summarizer=chosen)
-        return DemoRun(report, manager.storage.target.render())
+    place = demo_place(ctx, directory)
+    async with SessionStorage(place.dsn, archive_dir=place.archive_dir) as storage:
+        report = await run_demo(SessionManager(storage), summarizer=chosen)
+        return DemoRun(
+            report,
+            storage.target.render(),
+            chosen_by=place.chosen_by,
+            directory=str(place.archive_dir.parent) if place.archive_dir else None,
+        )

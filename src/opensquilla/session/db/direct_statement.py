@@ -2,7 +2,7 @@
 
 The append is one statement in autocommit (``uow.append_in_one_statement``). Through
 SQLAlchemy's ``Connection`` it pays for the execution context, the event dispatch, the
-result object and the commit bookkeeping: about half of its Python time (README#performance).
+result object and the commit bookkeeping: about half of its Python time (bench/RESULTS.md).
 None of that changes what the database does; it is what makes every statement visible on
 ``storage.engine``, whose events are a public seam (OpenTelemetry's SQLAlchemy
 instrumentation, the fault-injection tests). So the statement runs here only while nothing

@@ -34,7 +34,7 @@ class ContextStateCalls:
 
     async def get_context_view(self, session_key: str, *, max_tokens: int) -> ContextView:
         """What a prompt needs, from one snapshot: the latest summary and the newest live
-        messages that fit ``max_tokens`` with it, starting on a turn boundary (README,
+        messages that fit ``max_tokens`` with it, starting on a turn boundary (docs/reading.md,
         "Reading a session")."""
         check_integer("max_tokens", max_tokens)
         key = canonicalize_session_key(session_key)

@@ -1,5 +1,5 @@
 """Observability: a debug record per operation, and OpenTelemetry spans and latency
-histograms when the ``otel`` extra is installed (README, "Observability").
+histograms when the ``otel`` extra is installed (docs/observability.md).
 
 ``instrumented`` is applied to :class:`SessionManager` and :class:`SessionStorage`; the
 application turns the records on with the ``opensquilla.session.ops`` logger at DEBUG and the
