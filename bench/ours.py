@@ -241,7 +241,7 @@ async def retention(backend: str, sessions: int) -> dict[str, float]:
             capped = await manager.cap_entries(sessions // 2)
             cap_ms = (time.perf_counter_ns() - start) / 1e6
             start = time.perf_counter_ns()
-            pruned = await prune_stale(storage, 1_700_000_000_000 + sessions)
+            pruned = await prune_stale(storage.uow, 1_700_000_000_000 + sessions)
             prune_ms = (time.perf_counter_ns() - start) / 1e6
             return {"cap_ms": cap_ms, "capped": capped, "prune_ms": prune_ms, "pruned": pruned}
         finally:
