@@ -422,8 +422,9 @@ def _foreign_columns(table: str, columns: list[str]) -> list[str]:
 # be recognised as ours. A revision that adds a column to one of the five tables adds it
 # here too (tests/migrations/test_adoption_safety.py checks it against the models).
 LATER_COLUMNS: dict[str, frozenset[str]] = {
-    # 0003, PostgreSQL only: the full-text search vector.
-    "transcript_entries": frozenset({"search_vector"}),
+    # 0003, PostgreSQL only: the full-text search vector; 0009: per-entry metadata.
+    "transcript_entries": frozenset({"search_vector", "metadata"}),
+    "compacted_transcript_entries": frozenset({"metadata"}),
 }
 
 

@@ -138,6 +138,8 @@ async def test_replaying_the_revision_recomputes_the_counts(
     assert await _exact(backend, database) == expected
     assert len(_ours(await raw_state(backend, database))) == (9 if backend.is_postgres else 6)
 
+    async with unmigrated(database) as storage:  # the later revisions' downgrades first
+        await migrate.downgrade(storage.engine, "0007")
     await run_sql(backend, database, [f"DROP TABLE {TABLE}"])
     async with unmigrated(database) as storage:
         await migrate.downgrade(storage.engine, "0006")

@@ -43,7 +43,15 @@ from .tables import (
     sessions,
     transcript_entries,
 )
-from .types import LosslessText, Real, signless_zero, sqlite_json_value, unescape_text
+from .types import (
+    JSONText,
+    LosslessText,
+    Real,
+    loads_json_text,
+    signless_zero,
+    sqlite_json_value,
+    unescape_text,
+)
 
 M = TypeVar("M", bound=_Record)
 
@@ -138,7 +146,7 @@ def driver_converters(
     the model's types: SQLAlchemy's result processing for these columns, plus the JSON
     decoding of :func:`read_columns`' text on SQLite.
 
-    On SQLite: JSON text is decoded and a ``BOOLEAN`` (stored 0/1) becomes a ``bool``. On
+    On both: :class:`JSONText` is decoded. On SQLite: JSON text is decoded and a ``BOOLEAN`` (stored 0/1) becomes a ``bool``. On
     Postgres: ``LosslessText`` is unescaped (asyncpg has decoded JSON and booleans) and a
     ``Real`` zero loses its sign (SQLite's ``REAL`` already has). Every
     other column arrives as its model's type. ``tests/storage/test_fast_reads.py`` checks
@@ -150,7 +158,9 @@ def driver_converters(
         column = table.c.get(key)
         if column is None:
             continue
-        if dialect_name == "sqlite":
+        if isinstance(column.type, JSONText):
+            out.append((key, loads_json_text))
+        elif dialect_name == "sqlite":
             if isinstance(column.type, JSON):
                 out.append((key, sqlite_json_value))
             elif isinstance(column.type, Boolean):

@@ -14,7 +14,7 @@ from .schema_policy import record_revision_policy
 from .tables import OUR_TABLES
 from .version_table import version_options
 
-# The PostgreSQL search objects of revision 0003, which the metadata does not declare: a
+# The PostgreSQL objects of revisions 0003 and 0009, which the metadata does not declare: a
 # column and indexes only one backend has (SQLite's FTS5 tables are not ours to compare).
 SEARCH_OBJECTS = frozenset(
     {
@@ -23,6 +23,9 @@ SEARCH_OBJECTS = frozenset(
         "ix_transcript_entries_content_trgm",
         "ix_compacted_transcript_entries_search_vector",
         "ix_compacted_transcript_entries_content_trgm",
+        # Revision 0009's prefix index, on an expression (``session_key COLLATE "C"``)
+        # PostgreSQL alone needs: SQLite's key index already compares bytes.
+        "idx_sessions_key_prefix",
     }
 )
 

@@ -21,7 +21,7 @@ from sqlalchemy import BigInteger, Boolean, Index, Integer, Table, Text, false, 
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .base import Base
-from .types import IntId, JSONValue, LosslessText, Millis, Real
+from .types import IntId, JSONText, JSONValue, LosslessText, Millis, Real
 
 _ZERO = text("0")
 _ONE = text("1")
@@ -116,6 +116,7 @@ class SessionRow(Base):
 _OWNER_COLUMNS = -3
 _ARCHIVE_POSITION_COLUMNS = -2
 _MESSAGE_COLUMNS = -1
+_ADDED_COLUMNS = 1
 
 
 class _SessionOwnedColumns:
@@ -171,6 +172,12 @@ class _MessageColumns:
     )
     provenance_source_channel: Mapped[str | None] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
     provenance_source_tool: Mapped[str | None] = mapped_column(Text, sort_order=_MESSAGE_COLUMNS)
+    # Revision 0009, so after the table's own columns: the caller's JSON object, as text
+    # (it reads back exactly, key order included), never read by the store. Declarative
+    # reserves the attribute name ``metadata``; the column is named ``metadata``.
+    entry_metadata: Mapped[dict[str, Any] | None] = mapped_column(
+        "metadata", JSONText, sort_order=_ADDED_COLUMNS
+    )
 
 
 class TranscriptRow(_SessionOwnedColumns, _MessageColumns, Base):

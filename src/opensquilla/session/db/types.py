@@ -274,3 +274,34 @@ class LosslessText(TypeDecorator[str]):
             return value
 
         return process
+
+
+def dumps_json_text(value: Any) -> str:
+    """A value as the JSON text a :class:`JSONText` column stores: strict JSON (no NaN),
+    non-ASCII kept, keys in the caller's order; NUL is written ``\\u0000``, which both
+    backends' ``text`` accept."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def loads_json_text(value: str | None) -> Any:
+    """A :class:`JSONText` column's stored text as its value (``None`` for SQL ``NULL``)."""
+    return None if value is None else _loads(value)
+
+
+class JSONText(TypeDecorator[Any]):
+    """JSON kept as *text* on both backends, never ``jsonb``: a value reads back exactly as
+    written, object key order and number spelling included (``jsonb`` reorders keys and
+    folds numbers). For what the store never queries inside: per-entry ``metadata`` and
+    session and scoped state (revision 0009). SQL ``NULL`` for ``None``."""
+
+    impl = Text
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        def process(value: Any) -> Any:
+            return None if value is None else dumps_json_text(value)
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        return loads_json_text

@@ -74,6 +74,7 @@ class TranscriptEntry(_MessageFields, _SessionOwned):
     """One transcript row (table ``transcript_entries``)."""
 
     schema_version: Int32 = 1
+    metadata: JSONObject | None = None
 
 
 class CompactedTranscriptEntry(_MessageFields, _ArchivePosition):
@@ -81,6 +82,7 @@ class CompactedTranscriptEntry(_MessageFields, _ArchivePosition):
 
     archived_at: Millis = Field(default_factory=now_ms)
     schema_version: Int32 = 1
+    metadata: JSONObject | None = None
 
 
 # -- the append's inputs, declared once (docs/semantics.md#message-id) ---------------------

@@ -97,7 +97,9 @@ _PG_APPEND_WITH_TOKENS = _insert_from_fence(_TOUCH_WITH_TOKENS)
 # means inserted, and its value is the new id: the statement holds the write lock and ids
 # are AUTOINCREMENT, so the new row has the table's largest id (``last_insert_rowid()``
 # and the cursor's rowcount do not see through the trigger).
-FENCE_COLUMNS = ("fence_epoch", "touched_at", "token_delta", "tokens_ceiling")
+# ``order_floor`` (revision 0009): 1 raises a defaulted ``created_at`` to the generation's
+# newest live one, inside the trigger.
+FENCE_COLUMNS = ("fence_epoch", "touched_at", "token_delta", "tokens_ceiling", "order_floor")
 APPENDS_VIEW = table(
     "transcript_appends",
     *(column(c.name, c.type) for c in INSERT_COLUMNS),
