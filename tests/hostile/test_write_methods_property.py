@@ -838,6 +838,9 @@ STORAGE_CASES: list[Case] = [
 MANAGER_READS = {
     "get_session",
     "get_context_view",
+    # The plan compact_with_result would make, from one read: nothing written
+    # (tests/compaction/test_needs_compaction.py).
+    "needs_compaction",
     "list_sessions",
     "count_sessions",
     "get_transcript",
