@@ -29,6 +29,7 @@ from .session_deletion import SessionDeletion, _listed, _one_of
 from .session_deletion import owned_rows as owned_rows
 from .session_generations import SessionGenerations
 from .session_generations import generation_in_use as generation_in_use
+from .session_usage import SessionUsage
 
 Lock = Literal["share", "update"] | None
 
@@ -78,10 +79,10 @@ def _filtered(query: Select[Any], filters: Mapping[str, object]) -> Select[Any]:
     return query
 
 
-class SessionRepository(SessionDeletion, SessionGenerations):
+class SessionRepository(SessionDeletion, SessionGenerations, SessionUsage):
     """Statements on ``sessions``, on the connection of one unit of work; never commits
     (deletion and retention: ``session_deletion.py``; generation ids:
-    ``session_generations.py``)."""
+    ``session_generations.py``; the usage increment: ``session_usage.py``)."""
 
     __slots__ = ("conn",)
 
