@@ -19,6 +19,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 from ...models.reports import ColumnKind, SessionRows, TableLayout
 from ..sql import chunks, is_postgres
 from ..tables import CHILD_TABLES, sessions
+from ..types import JSONText
 from ..tables import TABLES as _ALL
 from .sessions import insert_if_absent
 
@@ -26,6 +27,10 @@ TABLES: dict[str, Table] = {table.name: table for table in _ALL}
 
 
 def _kind(type_: TypeEngine[Any]) -> ColumnKind:
+    if isinstance(type_, JSONText):
+        # JSON kept as text (per-entry ``metadata``): a JSON value in the file like any
+        # other JSON column, its key order kept by the format's own encoding.
+        return "json"
     if isinstance(type_, TypeDecorator):
         type_ = type_.impl_instance
     if isinstance(type_, JSON):
