@@ -22,7 +22,6 @@ from ..db.tables import CHILD_TABLES, SESSIONS_TABLE, TABLES
 from ..db.types import JSONText
 from ..models.reports import ColumnKind, SessionRows, TableLayout
 
-
 # The columns whose JSON objects keep their key order (stored as JSON text, not jsonb).
 KEY_ORDER_COLUMNS = frozenset(
     column.name for table in TABLES for column in table.columns if isinstance(column.type, JSONText)

@@ -19,8 +19,8 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 from ...models.reports import ColumnKind, SessionRows, TableLayout
 from ..sql import chunks, is_postgres
 from ..tables import CHILD_TABLES, sessions
-from ..types import JSONText
 from ..tables import TABLES as _ALL
+from ..types import JSONText
 from .sessions import insert_if_absent
 
 TABLES: dict[str, Table] = {table.name: table for table in _ALL}
