@@ -46,6 +46,8 @@ from opensquilla.session.models import (
 from opensquilla.session.transfer.store import TransferStore
 from tests.helpers import table_snapshot
 
+from .state_cases import SCOPE_STATE_CASES, STATE_CASES
+
 _counter = itertools.count()
 
 # -- hostile values --------------------------------------------------------------------------
@@ -885,6 +887,8 @@ MANAGER_READS = {
     "prepare_intent",
     "prepare_prefix_branch",
     "get_latest_context_state",
+    "get_state",
+    "get_scope_state",
 }
 MANAGER_WRITES = {
     "create": SESSION_CASES,
@@ -915,6 +919,9 @@ MANAGER_WRITES = {
     "prepare_message": MESSAGE_CASES,  # writes nothing itself: the caller writes the entry
     "notify_message_appended": MESSAGE_CASES,
     "record_usage": USAGE_CASES,
+    # Fed hostile values by tests/hostile/test_state_hostile.py (state tables included).
+    "update_state": STATE_CASES,
+    "update_scope_state": SCOPE_STATE_CASES,
 }
 STORAGE_NOT_WRITES = {
     # lifecycle

@@ -1,7 +1,8 @@
 """Units of work: one connection and one transaction, and the repositories bound to it.
 
 ``async with uow.write() as tx:`` gives a :class:`Transaction` whose repositories
-(``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states``, ``tx.overview``,
+(``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states`` (context states),
+``tx.session_states`` and ``tx.scope_states`` (session and scoped state), ``tx.overview``,
 ``tx.rows``, ``tx.search``, ``tx.leases``, ``tx.archives``) all run on that one connection;
 repositories never commit, the unit of work does. A use case opens the unit of work it needs and
 decides what it holds.
@@ -63,6 +64,7 @@ from .repos.overview import OverviewRepository
 from .repos.search import SearchRepository
 from .repos.session_archives import ArchiveRepository
 from .repos.sessions import SessionRepository
+from .repos.states import ScopeStateRepository, SessionStateRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
@@ -78,7 +80,9 @@ class Transaction:
         "leases",
         "overview",
         "rows",
+        "scope_states",
         "search",
+        "session_states",
         "sessions",
         "states",
         "summaries",
@@ -95,6 +99,8 @@ class Transaction:
         self.search = SearchRepository(conn)
         self.leases = LeaseRepository(conn)
         self.archives = ArchiveRepository(conn)
+        self.session_states = SessionStateRepository(conn)
+        self.scope_states = ScopeStateRepository(conn)
 
 
 class UnitOfWork:
