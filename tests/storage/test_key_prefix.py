@@ -181,7 +181,8 @@ async def test_the_prefix_combines_with_the_other_filters_and_with_pages(
     await _insert(storage, nodes)
     prefixes = ["agent:main:app-1:user-2:", "agent:ops:app-0:", "agent:main:app-2:user-", "agent:"]
     for prefix in prefixes:
-        for filters in ({}, {"status": "done"}, {"agent_id": "ops"}, {"agent_id": "main"}):
+        choices: list[dict[str, Any]] = [{}, {"status": "done"}, {"agent_id": "ops"}]
+        for filters in [*choices, {"agent_id": "main"}]:
             want = _expected(nodes, prefix, **filters)
             got = await manager.list_sessions(key_prefix=prefix, limit=None, **filters)
             assert [n.session_key for n in got] == want, (prefix, filters)
@@ -195,10 +196,11 @@ async def test_the_prefix_combines_with_the_other_filters_and_with_pages(
         parent_session_key="agent:main:app-9:user-0:parent",
     )
     await storage.upsert_session(spawned)
-    for filters in (
+    lineage: list[dict[str, Any]] = [
         {"spawned_by": "agent:main:app-9:user-0:parent"},
         {"parent_session_key": "agent:Main:app-9:user-0:parent"},
-    ):
+    ]
+    for filters in lineage:
         listed = await manager.list_sessions(key_prefix="agent:main:app-9:", **filters)
         assert [n.session_key for n in listed] == [spawned.session_key]
         assert await manager.list_sessions(key_prefix="agent:main:app-8:", **filters) == []
@@ -216,9 +218,8 @@ async def test_a_complete_agent_segment_is_canonicalised_and_nothing_else(
     assert [n.session_key for n in await manager.list_sessions(key_prefix="agent:ma")] == [
         "agent:main:App:user:1"
     ]
-    assert [n.session_key for n in await manager.list_sessions(key_prefix="subagent:agent:OPS:")] == [
-        "subagent:agent:ops:y"
-    ]
+    sub = await manager.list_sessions(key_prefix="subagent:agent:OPS:")
+    assert [n.session_key for n in sub] == ["subagent:agent:ops:y"]
     assert await manager.list_sessions(key_prefix=" plain") == []  # keys are trimmed, not it
     assert [n.session_key for n in await manager.list_sessions(key_prefix="plain:")] == ["plain:k"]
     assert canonicalize_key_prefix("agent::x") == "agent:main:x"

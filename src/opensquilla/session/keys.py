@@ -104,7 +104,7 @@ def canonicalize_key_prefix(prefix: str) -> str:
     given, except a *complete* agent segment (``agent:<id>:``, also after ``subagent:``),
     which is normalised as a key's is, so ``agent:Main:app:user:`` selects the keys
     ``agent:main:app:user:…``. Nothing else changes: no trimming, no case folding, an
-    incomplete agent segment (``agent:Ma``) compared as given (docs/semantics.md#listing).
+    incomplete agent segment (``agent:Ma``) compared as given (docs/semantics.md#key-prefix).
     ``prefix`` is a checked ``str``."""
     head = ""
     rest = prefix

@@ -91,7 +91,7 @@ class SessionCalls:
     ) -> list[SessionNode]:
         """Sessions by recent activity (``updated_at`` then key, both descending); with
         ``key_prefix``, only those whose canonical key starts with it, byte-exact (a
-        complete ``agent:<id>:`` segment normalised, nothing else: docs/semantics.md#listing)."""
+        complete ``agent:<id>:`` segment normalised, nothing else: docs/semantics.md#key-prefix)."""
         return await self._storage.list_sessions(
             agent_id,
             status,

@@ -106,7 +106,7 @@ class SessionRowOperations(StorageLifecycle):
         key_prefix: str | None = None,
     ) -> list[SessionNode]:
         """Sessions by recent activity (``updated_at`` then key, both descending); with
-        ``key_prefix``, those whose key starts with it (docs/semantics.md#listing)."""
+        ``key_prefix``, those whose key starts with it (docs/semantics.md#key-prefix)."""
         check_page(limit, offset)
         filters = listing_filter(agent_id, status, spawned_by, parent_session_key, key_prefix)
         return await sessions.listing(self.uow, limit, offset, **filters)
