@@ -150,11 +150,14 @@ class ArchiveWriteError(SessionStoreError, OSError):
 
 
 class EventLoopMismatchError(SessionStoreError, RuntimeError):
-    """An async storage was used from an event loop other than the one that connected it.
+    """A ``:memory:`` storage, or one on an application's engine, was used from an event
+    loop other than the one that connected it (a file or PostgreSQL storage gives each loop
+    an engine of its own: docs/sync.md#loops).
 
     Its connections belong to that loop (``asyncio.run()`` per request makes a new loop
-    each time). Open one storage per event loop, or, from synchronous code, use
-    ``opensquilla.session.sync.SyncSessionManager``, which keeps one loop for its storage.
+    each time). Use a file or PostgreSQL DSN, open one storage per event loop, or, from
+    synchronous code, use ``opensquilla.session.sync.SyncSessionManager``, which keeps one
+    loop for its storage.
     """
 
 

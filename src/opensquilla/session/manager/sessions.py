@@ -91,10 +91,19 @@ class SessionCalls:
         spawned_by: str | None = None,
         *,
         parent_session_key: str | None = None,
+        key_prefix: str | None = None,
     ) -> list[SessionNode]:
-        """Sessions by recent activity (``updated_at`` then key, both descending)."""
+        """Sessions by recent activity (``updated_at`` then key, both descending); with
+        ``key_prefix``, only those whose canonical key starts with it, byte-exact (a
+        complete ``agent:<id>:`` segment normalised, nothing else: docs/semantics.md#key-prefix)."""
         return await self._storage.list_sessions(
-            agent_id, status, limit, offset, spawned_by, parent_session_key=parent_session_key
+            agent_id,
+            status,
+            limit,
+            offset,
+            spawned_by,
+            parent_session_key=parent_session_key,
+            key_prefix=key_prefix,
         )
 
     async def list_sessions_page(
@@ -104,11 +113,13 @@ class SessionCalls:
         cursor: SessionListCursor | None = None,
         agent_id: str | None = None,
         status: str | None = None,
+        key_prefix: str | None = None,
     ) -> SessionListPage:
         """One keyset page of :meth:`list_sessions`' order: ``max(1, limit)`` sessions
-        strictly after ``cursor``; pass ``page.next_cursor`` for the next one."""
+        strictly after ``cursor``; pass ``page.next_cursor`` for the next one (with the
+        same filters)."""
         return await self._storage.list_sessions_page(
-            limit=limit, cursor=cursor, agent_id=agent_id, status=status
+            limit=limit, cursor=cursor, agent_id=agent_id, status=status, key_prefix=key_prefix
         )
 
     async def count_sessions(self) -> int:
