@@ -123,6 +123,7 @@ async def test_a_copy_that_loses_its_target_leaves_no_unretrieved_future(
     never retrieved" on stderr. Now the copy stops with the package's error, and nothing is
     left behind: no checked-out connection, no unretrieved future, nothing logged."""
     from opensquilla.session import transfer
+    from opensquilla.session.db.repos.transfer import TransferRepository
     from opensquilla.session.errors import DatabaseUnavailableError, SessionStoreError
     from opensquilla.session.transfer.store import TransferStore
 
@@ -136,14 +137,24 @@ async def test_a_copy_that_loses_its_target_leaves_no_unretrieved_future(
                 await seeding.append_message(key, "user", f"{key} says {m}")
 
     real = TransferStore.insert
+    real_children = TransferRepository.insert_children
     calls = {"n": 0}
+    lost: set[str] = set()
 
     async def insert(self: TransferStore, rows: Any, **options: Any) -> bool:
         calls["n"] += 1
         if calls["n"] == 12:  # the others of its batch are in flight meanwhile
             if not is_postgres_target(database):
                 raise DatabaseUnavailableError("connection lost (injected)")
-            # The server ends every session of the target database: a real loss.
+            lost.add(rows.session_key)  # its own transaction loses its connection
+        return await real(self, rows, **options)
+
+    async def insert_children(self: TransferRepository, bundle: Any) -> list[str]:
+        if bundle.session_key in lost:
+            # Inside the 12th session's transaction, the server ends every session of the
+            # target database, this transaction's own included: a real loss, on a
+            # connection in use (a connection resting in the pool would be replaced by the
+            # pool's ping, and the copy could then finish: the loss must hit one in use).
             admin = await asyncpg.connect(admin_dsn(database))
             try:
                 await admin.execute(
@@ -153,11 +164,12 @@ async def test_a_copy_that_loses_its_target_leaves_no_unretrieved_future(
                 )
             finally:
                 await admin.close()
-        return await real(self, rows, **options)
+        return await real_children(self, bundle)
 
     caplog.set_level(logging.WARNING)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(TransferStore, "insert", insert)
+        patch.setattr(TransferRepository, "insert_children", insert_children)
         async with SessionStorage(source) as src, SessionStorage(database) as dst:
             with pytest.raises(SessionStoreError, match="run the same copy again"):
                 await transfer.copy_sessions(src, dst, jobs=8, batch_size=16)
