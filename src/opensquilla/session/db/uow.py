@@ -46,7 +46,7 @@ from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
 from .direct_statement import (
     Plan,
-    first_value,
+    first_row,
     own_listeners,
     plan_for,
     refused_connection,
@@ -160,10 +160,10 @@ class UnitOfWork:
 
     async def append_in_one_statement(
         self, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
-    ) -> int | None:
+    ) -> tuple[int, int] | None:
         """The fenced append (``fenced_append.append_and_touch``) as one statement in
-        autocommit, where :meth:`appends_in_one_statement`: the new row id, or ``None`` when
-        the fence refused. The checkout, the statement and the connection's return cross
+        autocommit, where :meth:`appends_in_one_statement`: ``(id, created_at)`` of the new
+        row as stored, or ``None`` when the fence refused. The checkout, the statement and the connection's return cross
         into SQLAlchemy's greenlet once, not four times (``AsyncConnection``'s connect,
         execute, commit and close each cross): 0.15 ms of an append (bench/RESULTS.md).
         While no listener watches statements (checked at each call) the statement runs on
@@ -180,10 +180,12 @@ class UnitOfWork:
         if not statements_watched(self._single.sync_engine):
             plan = plan_for(self._single.sync_engine, stmt, tuple(params))
             if plan is not None:
-                value = await self._run_direct(plan, params)
-                if value is None and token_delta:
-                    await self._run_statement(checked)
-                return int(value) if value is not None else None
+                row = await self._run_direct(plan, params)
+                if row is None or row[0] is None:
+                    if token_delta:
+                        await self._run_statement(checked)
+                    return None
+                return int(row[0]), int(row[1])
         work = functools.partial(
             fenced_append.run_one_statement,
             statement=stmt,
@@ -202,7 +204,7 @@ class UnitOfWork:
         async with self._locked(self._write_lock), self._pool_slot(), translated_errors():
             return await _not_interrupted(
                 greenlet_spawn(
-                    first_value,
+                    first_row,
                     self._single.sync_engine,
                     plan,
                     params,

@@ -22,23 +22,26 @@ async def append_entry(
     """The fence (key, epoch, session id), the insert and the session touch (``updated_at``,
     ``total_tokens + delta``) commit together or not at all: one statement in autocommit
     where the database takes it (``uow.appends_in_one_statement``), else three in one write
-    transaction. ``entry.id`` is set; ``StaleEpochError`` when the fence refused."""
+    transaction. ``entry.id`` and ``entry.created_at`` (as stored: a defaulted one raised to
+    the generation's newest live one, docs/semantics.md#order) are set;
+    ``StaleEpochError`` when the fence refused."""
     if await uow.appends_in_one_statement():
-        new_id = await uow.append_in_one_statement(
+        placed = await uow.append_in_one_statement(
             entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
         )
-        if new_id is None:
+        if placed is None:
             # The error path only: a second unit tells the epoch from the generation.
             async with uow.read() as tx:
                 await raise_stale(tx, entry, expected_epoch)
     else:
         async with uow.write() as tx:
-            new_id = await tx.transcript.append_and_touch(
+            placed = await tx.transcript.append_and_touch(
                 entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
             )
-            if new_id is None:
+            if placed is None:
                 await raise_stale(tx, entry, expected_epoch)
-    entry.id = new_id
+    # As stored: a defaulted created_at may have been raised to the order floor.
+    entry.id, entry.__dict__["created_at"] = placed
     return entry
 
 
@@ -68,7 +71,7 @@ async def insert_entry(
     async with uow.write() as tx:
         if expected_epoch is None:
             await tx.sessions.check_row_generation(entry.session_id, entry.session_key)
-            entry.id = await tx.transcript.insert(entry)
+            entry.id = await tx.transcript.insert_floored(entry)
             return entry
         new_id = await tx.transcript.insert_fenced(entry, expected_epoch)
         if new_id is None:
