@@ -16,7 +16,6 @@ from opensquilla.session.models import (
     SessionSummary,
     TranscriptEntry,
 )
-
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:talk"

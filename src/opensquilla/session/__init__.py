@@ -43,6 +43,7 @@ from .models import (
     SessionSummary,
     TranscriptEntry,
 )
+from .models.messages import AppendFields, MessageInput
 from .models.reports import ResetReport
 from .storage import SessionStorage
 from .sync import SyncSessionManager, SyncSessionStorage
@@ -62,6 +63,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
     "OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND",
+    "AppendFields",
     "ArchiveWriteError",
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
@@ -76,6 +78,7 @@ __all__ = [
     "EventLoopMismatchError",
     "InvalidInputError",
     "LLMSettings",
+    "MessageInput",
     "MessageNotFoundError",
     "MigrationError",
     "OpenAICompatibleSummarizer",

@@ -158,13 +158,24 @@ class UnitOfWork:
         ):
             yield Transaction(conn)
 
+    @contextlib.asynccontextmanager
+    async def one_statement(self) -> AsyncIterator[Transaction]:
+        """A connection in autocommit for write statements each atomic on its own (a pop,
+        a delete by id), with the in-process write lock of :meth:`write` held (SQLite):
+        no BEGIN/COMMIT round trips. The use case runs one write statement in it (and at
+        most reads besides)."""
+        self._check_loop()
+        async with self._locked(self._write_lock), self._connection(self._single) as conn:
+            yield Transaction(conn)
+            await conn.commit()
+
     async def append_in_one_statement(
         self, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
     ) -> tuple[int, int] | None:
         """The fenced append (``fenced_append.append_and_touch``) as one statement in
         autocommit, where :meth:`appends_in_one_statement`: ``(id, created_at)`` of the new
-        row as stored, or ``None`` when the fence refused. The checkout, the statement and the connection's return cross
-        into SQLAlchemy's greenlet once, not four times (``AsyncConnection``'s connect,
+        row as stored, or ``None`` when the fence refused. The checkout, the statement and
+        the connection's return cross into SQLAlchemy's greenlet once, not four times (``AsyncConnection``'s connect,
         execute, commit and close each cross): 0.15 ms of an append (bench/RESULTS.md).
         While no listener watches statements (checked at each call) the statement runs on
         the pool's DBAPI connection, without SQLAlchemy's ``Connection`` around it."""

@@ -11,7 +11,8 @@ format follow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, Required, TypedDict
 
@@ -295,6 +296,25 @@ def defaulted_created_at(entry: TranscriptEntry) -> bool:
     """Whether ``entry.created_at`` is the model's default (the caller gave none): such a
     timestamp is raised to the newest live ``created_at`` of the generation when written."""
     return "created_at" not in entry.model_fields_set
+
+
+_JSON_FIELDS = ("tool_calls", "turn_usage", "turn_context", "metadata")
+
+
+def first_unencodable(entries: Sequence[TranscriptEntry]) -> int | None:
+    """The index of the first entry whose JSON fields are not strict JSON text (NaN, an
+    infinity, a lone surrogate, a value ``json`` cannot encode): what a batch refused at
+    its encoding names (the error path only)."""
+    for index, entry in enumerate(entries):
+        for name in _JSON_FIELDS:
+            value = getattr(entry, name)
+            if value is None:
+                continue
+            try:
+                json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            except (TypeError, ValueError, RecursionError):
+                return index
+    return None
 
 
 class PrepareFields(AppendFields, total=False):

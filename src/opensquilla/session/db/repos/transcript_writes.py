@@ -91,7 +91,9 @@ class TranscriptWrites:
             at = next(i for i, c in enumerate(INSERT_COLUMNS) if c.name == "created_at")
             given = literal(entry.created_at, type_=live.c.created_at.type)
             row[at] = floored(
-                self.conn.dialect.name, given, literal(entry.session_id, type_=live.c.session_id.type)
+                self.conn.dialect.name,
+                given,
+                literal(entry.session_id, type_=live.c.session_id.type),
             ).label("created_at")
         source = (
             select(*row)
