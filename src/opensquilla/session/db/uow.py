@@ -176,9 +176,10 @@ class UnitOfWork:
         autocommit, where :meth:`appends_in_one_statement`: ``(id, created_at)`` of the new
         row as stored, or ``None`` when the fence refused. The checkout, the statement and
         the connection's return cross into SQLAlchemy's greenlet once, not four times
-        (``AsyncConnection``'s connect, execute, commit and close each cross): 0.15 ms of an append (bench/RESULTS.md).
-        While no listener watches statements (checked at each call) the statement runs on
-        the pool's DBAPI connection, without SQLAlchemy's ``Connection`` around it."""
+        (``AsyncConnection``'s connect, execute, commit and close each cross): 0.15 ms of
+        an append (bench/RESULTS.md). While no listener watches statements (checked at each
+        call) the statement runs on the pool's DBAPI connection, without SQLAlchemy's
+        ``Connection`` around it."""
         stmt, params = fenced_append.one_statement_append(
             self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
         )
