@@ -11,7 +11,6 @@ canonical.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Sequence
 from time import monotonic
 
@@ -60,11 +59,12 @@ async def append_messages(
             cached = (node.session_id, node.epoch)
         session_id, epoch = cached
         entries = [transcripts.entry(session_id, key, m.values) for m in messages]
-        # Each entry not before the one before it, whatever this process's clock did
-        # meanwhile; the database floors the first to the generation's newest.
-        for before, entry in itertools.pairwise(entries):
-            if entry.created_at < before.created_at:
-                entry.__dict__["created_at"] = before.created_at
+        # One timestamp for the batch (each entry not before the one before it, whatever
+        # this process's clock did meanwhile), which the database floors to the
+        # generation's newest: two batches never interleave in (created_at, id) order.
+        at = max(entry.created_at for entry in entries)
+        for entry in entries:
+            entry.__dict__["created_at"] = at
         try:
             await _write(uow, entries, ids, expected_epoch=epoch, token_delta=delta)
         except StaleEpochError as exc:

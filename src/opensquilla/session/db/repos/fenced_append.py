@@ -30,6 +30,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     select,
     table,
     text,
@@ -72,6 +73,31 @@ _TOUCH = update(sessions).where(fence()).values(updated_at=bindparam("touched_at
 _TOUCH_WITH_TOKENS = (
     update(sessions)
     .where(fence() & (sessions.c.total_tokens <= bindparam("tokens_ceiling")))
+    .values(
+        updated_at=bindparam("touched_at"),
+        total_tokens=sessions.c.total_tokens + bindparam("token_delta"),
+        total_tokens_fresh=false(),
+    )
+)
+
+
+# PostgreSQL's one-statement appends read the order floor from the statement's snapshot.
+# Should another transaction change the session row (an append's touch) while this one
+# waits for its lock, that snapshot misses its entry: the touch then also requires the row
+# version the snapshot saw (``xmin``, rechecked on the latest version after the wait), so
+# it refuses instead, and the caller runs the statement again on a new snapshot
+# (docs/semantics.md#order; ``contended`` below).
+_SNAPSHOT_ROW = sessions.alias("snapshot_row")
+_UNCHANGED = literal_column("sessions.xmin") == (
+    select(literal_column("snapshot_row.xmin"))
+    .select_from(_SNAPSHOT_ROW)
+    .where(_SNAPSHOT_ROW.c.session_key == bindparam("fence_key"))
+    .scalar_subquery()
+)
+_PG_TOUCH = update(sessions).where(fence() & _UNCHANGED).values(updated_at=bindparam("touched_at"))
+_PG_TOUCH_WITH_TOKENS = (
+    update(sessions)
+    .where(fence() & _UNCHANGED & (sessions.c.total_tokens <= bindparam("tokens_ceiling")))
     .values(
         updated_at=bindparam("touched_at"),
         total_tokens=sessions.c.total_tokens + bindparam("token_delta"),
@@ -123,7 +149,7 @@ def _insert_from_fence(touch: Update, floor: bool) -> Any:
 
 # (with tokens, floored) -> the statement
 _PG_APPENDS = {
-    (tokens, floor): _insert_from_fence(_TOUCH_WITH_TOKENS if tokens else _TOUCH, floor)
+    (tokens, floor): _insert_from_fence(_PG_TOUCH_WITH_TOKENS if tokens else _PG_TOUCH, floor)
     for tokens in (False, True)
     for floor in (False, True)
 }
@@ -291,12 +317,13 @@ def check_overflow(
 
 def _refuse_overflow(conn: Connection, params: dict[str, Any], token_delta: int) -> None:
     """After a refused fenced touch: raise when the generation is there but its
-    ``total_tokens`` has no room for ``token_delta``; return when the fence was stale."""
+    ``total_tokens`` has no room for ``token_delta``; return when the fence was stale (or,
+    on PostgreSQL, the row changed while the statement waited for it)."""
     total = conn.execute(
         select(sessions.c.total_tokens).where(fence()),
         {name: params[name] for name in ("fence_key", "fence_epoch", "fence_session_id")},
     ).scalar_one_or_none()
-    if total is None:
+    if total is None or total <= INT64_MAX - token_delta:
         return
     raise InvalidInputError(
         f"appending {token_delta} tokens would take total_tokens of {params['fence_key']} "
@@ -360,3 +387,13 @@ def upsert_and_touch(
         return None  # (unreachable while the session row is locked) never insert uncounted
     new_id, created_at = insert_floored(conn, entry)
     return new_id, created_at, True
+
+
+def contended(conn: Connection, entry: TranscriptEntry, expected_epoch: int) -> bool:
+    """After a refused one-statement append: whether the generation is still there (key,
+    epoch and session id), so that the fence refused only because the session row changed
+    while the statement waited (PostgreSQL): the caller runs it again."""
+    found = conn.execute(
+        select(sessions.c.session_key).where(fence()), fence_params(entry, expected_epoch)
+    ).first()
+    return found is not None

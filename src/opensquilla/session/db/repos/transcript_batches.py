@@ -37,11 +37,14 @@ from ..rows import read_columns, to_models
 from ..tables import sessions
 from ..tables import transcript_entries as live
 from .fenced_append import (
+    _PG_TOUCH,
+    _PG_TOUCH_WITH_TOKENS,
     _TOUCH,
     _TOUCH_WITH_TOKENS,
     INSERT_COLUMNS,
     NEWEST_LIVE,
     _refuse_overflow,
+    contended,
     floored,
     touch_params,
 )
@@ -50,6 +53,7 @@ from .fenced_append import (
 # SQLite before 3.32 allows 999 per statement).
 CHUNK_ROWS = 500 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999 // len(INSERT_COLUMNS)
 _NAMES = [c.name for c in INSERT_COLUMNS]
+CONTENDED_TRIES = 1000
 
 
 def _bind(row: int, name: str) -> Any:
@@ -83,7 +87,7 @@ def _batch(dialect: str, rows: int, *, tokens: bool, touch: bool, floor: bool) -
     if dialect == "postgresql":
         if touch:
             fence: Any = (
-                (_TOUCH_WITH_TOKENS if tokens else _TOUCH)
+                (_PG_TOUCH_WITH_TOKENS if tokens else _PG_TOUCH)
                 .returning(sessions.c.session_key)
                 .cte("fence")
             )
@@ -134,10 +138,18 @@ def append_batch(
             stmt = _batch(
                 "postgresql", len(chunk), tokens=bool(token_delta), touch=index == 0, floor=True
             )
-            rows = conn.execute(stmt, {**params, **_row_params(chunk)}).all()
-            if not rows:
+            bound = {**params, **_row_params(chunk)}
+            for _ in range(CONTENDED_TRIES):
+                rows = conn.execute(stmt, bound).all()
+                if rows:
+                    break
                 if token_delta:
                     _refuse_overflow(conn, params, token_delta)
+                if not contended(conn, first, expected_epoch):
+                    return None
+                # The session row changed while the statement waited for it: the order
+                # floor it read is old. Again, on a new snapshot (READ COMMITTED).
+            else:
                 return None
             placed += sorted((int(r[0]), int(r[1])) for r in rows)
         return placed
