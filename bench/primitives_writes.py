@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from common import MESSAGE, bulk_fill, fresh_target, interleaved_p50
@@ -50,7 +51,11 @@ async def run(backend: str, n: int) -> dict[str, float]:
             async def pop() -> None:
                 await manager.pop_message(KEY)
 
-            calls = {"append_message": one, "append_messages_10": ten, "pop_message": pop}
+            calls: dict[str, Callable[[], Awaitable[Any]]] = {
+                "append_message": one,
+                "append_messages_10": ten,
+                "pop_message": pop,
+            }
             await interleaved_p50(calls, min(30, n))  # warm: statement caches, the pool
             figures = await interleaved_p50(calls, n)
         finally:

@@ -397,7 +397,7 @@ def _batch_cases() -> list[Case]:
             entries = await h.manager.append_messages(
                 h.key, [{"role": "user", "content": "first"}, second]
             )
-            if argument == "message" or argument == "role" and junk is None:
+            if argument == "message" or (argument == "role" and junk is None):
                 return entries, None
             return entries[1], _append_field_check(h, entries[1], argument, junk)
 

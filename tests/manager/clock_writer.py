@@ -21,7 +21,7 @@ OFFSET_ENV = "OPENSQUILLA_TEST_CLOCK_OFFSET_MS"
 async def main(target: str, key: str, contents: list[str]) -> None:
     offset = int(os.environ.get(OFFSET_ENV, "0"))
     real = clock.now_ms
-    messages.now_ms = lambda: real() + offset  # type: ignore[assignment]
+    setattr(messages, "now_ms", lambda: real() + offset)  # noqa: B010 (a stepped clock)
     async with SessionStorage(target) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
         written = [await manager.append_message(key, "user", text) for text in contents]

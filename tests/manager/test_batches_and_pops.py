@@ -80,9 +80,10 @@ async def test_metadata_must_be_a_json_object(
 ) -> None:
     await manager.create(KEY)
     before = await table_snapshot(storage)
-    for bad in ([1], "text", {1: "x"}, {"nan": float("nan")}, {"s": {1, 2}}):
+    bads: list[Any] = [[1], "text", {1: "x"}, {"nan": float("nan")}, {"s": {1, 2}}]
+    for bad in bads:
         with pytest.raises(InvalidInputError):
-            await manager.append_message(KEY, "user", "x", metadata=bad)  # type: ignore[arg-type]
+            await manager.append_message(KEY, "user", "x", metadata=bad)
         with pytest.raises(InvalidInputError, match=r"messages\[1\]"):
             await manager.append_messages(
                 KEY, [{"role": "user", "content": "ok"}, {"role": "user", "metadata": bad}]
@@ -349,7 +350,7 @@ async def test_two_concurrent_batches_never_interleave(
     words = [e.content[0] for e in stored[1:] if e.content]
     assert words in (["a"] * 20 + ["b"] * 20, ["b"] * 20 + ["a"] * 20), words
     for batch in written:
-        ids = [e.id for e in batch]
+        ids = [e.id or 0 for e in batch]
         assert ids == sorted(ids)
     assert await _total_tokens(manager) == 2 * sum(range(1, 21))
 
