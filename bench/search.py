@@ -33,6 +33,7 @@ from common import (
     p50_of,
     settle,
 )
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import migrate
@@ -228,12 +229,28 @@ def _appender(manager: SessionManager, key: str) -> Callable[[], Awaitable[Any]]
     return one
 
 
+_OLD_TOUCH = sa.text(
+    "UPDATE sessions SET updated_at = :now, total_tokens = total_tokens + 50 "
+    "WHERE session_key = :key"
+)
+_OLD_INSERT = sa.text(
+    "INSERT INTO transcript_entries (session_id, session_key, message_id, role, content, "
+    "created_at, token_count) VALUES (:session_id, :key, :message_id, 'user', :content, :now, 50)"
+)
+
+
 @dataclass
 class Writer:
-    """Appends until told to stop; what each append took and how each ended."""
+    """Appends until told to stop; what each append took and how each ended.
 
-    manager: SessionManager
+    It writes as a worker of the release the database was at does while the new release
+    upgrades it: the entry with the columns revision 0002 has, and the session touch, in one
+    transaction (this package's own append writes columns a later revision adds, so it
+    runs only against a database at head)."""
+
+    engine: AsyncEngine
     key: str
+    session_id: str
     latencies: Timings = field(default_factory=Timings)
     attempted: int = 0
     failures: list[str] = field(default_factory=list)
@@ -248,9 +265,7 @@ class Writer:
             self.attempted += 1
             start = time.perf_counter()
             try:
-                await self.manager.append_message(
-                    self.key, "user", f"{MARKER} w{index:07d} {MESSAGE}", token_count=50
-                )
+                await self._append(index)
             except Exception as exc:  # the scenario reports failures, it does not stop
                 self.failures.append(f"{type(exc).__name__}: {exc}"[:300])
             else:
@@ -259,6 +274,21 @@ class Writer:
                 self.spans.append((index, start, end))
             self.progress.set()
             await asyncio.sleep(0)
+
+    async def _append(self, index: int) -> None:
+        now = int(time.time() * 1000)
+        async with self.engine.begin() as conn:
+            await conn.execute(_OLD_TOUCH, {"key": self.key, "now": now})
+            await conn.execute(
+                _OLD_INSERT,
+                {
+                    "session_id": self.session_id,
+                    "key": self.key,
+                    "message_id": f"w{index:07d}",
+                    "content": f"{MARKER} w{index:07d} {MESSAGE}",
+                    "now": now,
+                },
+            )
 
     async def until(self, count: int) -> None:
         """Wait until ``count`` more appends have returned."""
@@ -282,8 +312,8 @@ async def online_migration(backend: str, size: int) -> dict[str, Any]:
             await fill_vocabulary(storage, node.session_key, node.session_id, size)
             await settle(storage)
             writer_node = await manager.create("agent:main:writer")
-            writer = Writer(manager, writer_node.session_key)
             await upgrader.connect_without_migrating()
+            writer = Writer(storage.engine, writer_node.session_key, writer_node.session_id)
             task = asyncio.create_task(writer.run())
             await writer.until(20)  # the writer is going before the upgrade starts
             before = writer.latencies.samples_ns.copy()

@@ -88,6 +88,11 @@ async def _skips(world: World) -> None:
     assert result.removed_count == 0  # the plan skipped: nothing to fold away
 
 
+async def _decides(world: World, compacts: bool) -> None:
+    decision = await world.manager.needs_compaction(KEY, WINDOW, LEASED)
+    assert decision.should_compact is compacts  # a read, whatever the lease setting
+
+
 async def _captured(world: World) -> None:
     await _long(world)
     world.source = await world.manager.capture_compaction_source(KEY)
@@ -117,6 +122,8 @@ MANAGER: dict[str, tuple[Call, Call, int]] = {
     "compact_with_result (skipped)": (_short, _skips, 1),
     "compact_with_result (no lease)": (_long, lambda w: _compacts(w, UNLEASED), 2),
     "compact_with_result (lease)": (_long, lambda w: _compacts(w, LEASED), 4),
+    "needs_compaction (within budget)": (_short, lambda w: _decides(w, False), 1),
+    "needs_compaction (would compact)": (_long, lambda w: _decides(w, True), 1),
     "persist_compaction_result (positional)": (
         _long,
         lambda w: w.manager.persist_compaction_result(KEY, "s", [{"role": "user"}]),
@@ -229,6 +236,7 @@ def test_every_compaction_call_is_counted() -> None:
     assert manager == {
         "compact",
         "compact_with_result",
+        "needs_compaction",
         "persist_compaction_result",
         "capture_compaction_source",
         "get_summaries",

@@ -79,6 +79,13 @@ MANAGER_CALLS: dict[str, tuple[Call, int]] = {
     "update": (lambda w: w.manager.update(KEY, label="x", spawned_by=OTHER), 1),
     "finish": (lambda w: w.manager.finish(KEY), 1),
     "archive": (lambda w: w.manager.archive(KEY), 1),
+    "record_usage": (lambda w: w.manager.record_usage(KEY, input_tokens=3, output_tokens=1), 1),
+    "record_usage (cold: the read in its transaction)": (
+        lambda w: SessionManager(w.storage).record_usage(
+            KEY, cost_usd=0.5, cost_source="provider_billed"
+        ),
+        1,
+    ),
     "branch": (lambda w: w.manager.branch(KEY, CHILD), 1),
     "branch (full fork)": (lambda w: w.manager.branch(KEY, CHILD, fork_transcript=True), 1),
     "branch (prefix fork)": (
@@ -144,6 +151,7 @@ MANAGER_DOMAIN = {
     "update",
     "finish",
     "archive",
+    "record_usage",
     "branch",
     "prune_stale",
     "cap_entries",

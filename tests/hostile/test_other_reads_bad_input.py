@@ -35,6 +35,13 @@ async def test_keyset_listing_refuses_arguments_of_the_wrong_type(
         ("cursor", lambda: storage.list_sessions_page(limit=1, cursor=(1, 1, KEY))),  # type: ignore[arg-type]
         ("agent_id", lambda: manager.list_sessions_page(agent_id=5)),  # type: ignore[arg-type]
         ("status", lambda: manager.list_sessions_page(status=["done"])),  # type: ignore[arg-type]
+        ("key_prefix", lambda: manager.list_sessions_page(key_prefix=5)),  # type: ignore[arg-type]
+        ("key_prefix", lambda: manager.list_sessions_page(key_prefix=b"agent:")),  # type: ignore[arg-type]
+        ("key_prefix", lambda: manager.list_sessions_page(key_prefix="agent:\x00")),
+        ("key_prefix", lambda: storage.list_sessions_page(limit=1, key_prefix="a\ud800")),
+        ("key_prefix", lambda: manager.list_sessions(key_prefix=["agent:"])),  # type: ignore[arg-type]
+        ("key_prefix", lambda: storage.list_sessions(key_prefix="x" * 513)),
+        ("key_prefix", lambda: storage.list_sessions(key_prefix="agent:\x00:")),
     ]
     for name, call in calls:
         await refused(storage, call, names=name)

@@ -46,6 +46,8 @@ from opensquilla.session.models import (
 from opensquilla.session.transfer.store import TransferStore
 from tests.helpers import table_snapshot
 
+from .state_cases import SCOPE_STATE_CASES, STATE_CASES
+
 _counter = itertools.count()
 
 # -- hostile values --------------------------------------------------------------------------
@@ -683,6 +685,67 @@ STATE_AND_RETENTION_CASES: list[Case] = [
 ]
 
 
+# -- SessionManager: usage counters -------------------------------------------------------------
+
+USAGE_ARGS = ("input_tokens", "output_tokens", "cache_read", "cache_write", "cost_usd")
+USAGE_COUNTERS = (*USAGE_ARGS[:4], "total_tokens", "missing_cost_entries")
+USAGE_COSTS = ("total_cost_usd", "estimated_cost_usd", "billed_cost_usd")
+
+
+def _usage_check(h: Harness, before: SessionNode, argument: str, junk: Any) -> Check:
+    """An accepted usage argument was added to its counter exactly, and to nothing else."""
+
+    async def check(result: Any) -> None:
+        assert isinstance(result, SessionNode)
+        stored = await h.storage.get_session(h.key)
+        assert stored is not None and same(stored, result), (stored, result)
+        for name in (*USAGE_COUNTERS, *USAGE_COSTS):
+            added = getattr(stored, name) - getattr(before, name)
+            expected: Any = 0
+            if name == argument or (name == "total_tokens" and argument in USAGE_ARGS[:2]):
+                expected = junk
+            elif argument == "cost_usd" and name in USAGE_COSTS:
+                expected = float(junk)
+            assert added == expected and type(getattr(stored, name)) is type(
+                getattr(before, name)
+            ), (name, junk)
+
+    return check
+
+
+def _usage_cases() -> list[Case]:
+    cases: list[Case] = []
+    for argument in USAGE_ARGS:
+
+        async def usage(h: Harness, junk: Any, argument: str = argument) -> tuple[Any, Check]:
+            values: dict[str, Any] = {argument: junk}
+            if argument == "cost_usd":
+                values["cost_source"] = "provider_billed"
+            before = await h.manager.get_session(h.key)
+            assert before is not None
+            node = await h.manager.record_usage(h.key, **values)
+            return node, _usage_check(h, before, argument, junk)
+
+        usage.__name__ = f"usage_{argument}"
+        cases.append(usage)
+    return cases
+
+
+async def usage_cost_source(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.record_usage(h.key, cost_usd=0.5, cost_source=junk), None
+
+
+async def usage_source_alone(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.record_usage(h.key, input_tokens=1, cost_source=junk), None
+
+
+async def usage_key(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.record_usage(junk, input_tokens=1), None
+
+
+USAGE_CASES: list[Case] = [*_usage_cases(), usage_cost_source, usage_source_alone, usage_key]
+
+
 # -- SessionStorage -------------------------------------------------------------------------
 
 
@@ -830,6 +893,9 @@ STORAGE_CASES: list[Case] = [
 MANAGER_READS = {
     "get_session",
     "get_context_view",
+    # The plan compact_with_result would make, from one read: nothing written
+    # (tests/compaction/test_needs_compaction.py).
+    "needs_compaction",
     "list_sessions",
     "count_sessions",
     "get_transcript",
@@ -874,6 +940,8 @@ MANAGER_READS = {
     "prepare_intent",
     "prepare_prefix_branch",
     "get_latest_context_state",
+    "get_state",
+    "get_scope_state",
 }
 MANAGER_WRITES = {
     "create": SESSION_CASES,
@@ -906,6 +974,10 @@ MANAGER_WRITES = {
     "update_message_turn_context": MESSAGE_CASES,
     "prepare_message": MESSAGE_CASES,  # writes nothing itself: the caller writes the entry
     "notify_message_appended": MESSAGE_CASES,
+    "record_usage": USAGE_CASES,
+    # Fed hostile values by tests/hostile/test_state_hostile.py (state tables included).
+    "update_state": STATE_CASES,
+    "update_scope_state": SCOPE_STATE_CASES,
 }
 STORAGE_NOT_WRITES = {
     # lifecycle
@@ -1056,6 +1128,14 @@ async def test_compaction_writes_refuse_hostile_values_or_store_them_exactly(
 @_SETTINGS
 @given(case=st.sampled_from(STATE_AND_RETENTION_CASES), junk=JUNK)
 async def test_state_and_retention_writes_refuse_hostile_values_or_store_them_exactly(
+    manager: SessionManager, storage: SessionStorage, case: Case, junk: Any
+) -> None:
+    await run_case(await prepare(manager, storage), case, junk)
+
+
+@_SETTINGS
+@given(case=st.sampled_from(USAGE_CASES), junk=JUNK)
+async def test_usage_writes_refuse_hostile_values_or_store_them_exactly(
     manager: SessionManager, storage: SessionStorage, case: Case, junk: Any
 ) -> None:
     await run_case(await prepare(manager, storage), case, junk)

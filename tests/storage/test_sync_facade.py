@@ -165,8 +165,9 @@ def test_a_target_given_to_the_manager_is_owned_and_closed() -> None:
 
 
 def _two_runs(database: str) -> list[str]:
-    """``asyncio.run()`` per request with one shared async storage: the second run gets
-    our error, and ``close()`` from a third loop works."""
+    """``asyncio.run()`` per request with one shared async ``:memory:`` storage (one pinned
+    connection, so one loop): the second run gets our error, and ``close()`` from a third
+    loop works. A file or PostgreSQL storage serves every loop (tests/storage/test_any_loop.py)."""
     storage = SessionStorage(database)
     seen: list[str] = []
 
@@ -190,12 +191,13 @@ def _two_runs(database: str) -> list[str]:
     return seen
 
 
-async def test_asyncio_run_twice_with_one_storage_is_a_clear_error(
-    database: str, capfd: pytest.CaptureFixture[str]
+async def test_asyncio_run_twice_with_one_memory_storage_is_a_clear_error(
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
-    seen = await asyncio.to_thread(_two_runs, database)
+    seen = await asyncio.to_thread(_two_runs, ":memory:")
     assert len(seen) == 2
     assert "connected on another event loop" in seen[0]
+    assert "':memory:'" in seen[0] and "a pool per event loop" in seen[0]
     assert "SyncSessionManager" in seen[0]
     assert seen[1] == "closed: False"
     captured = capfd.readouterr()

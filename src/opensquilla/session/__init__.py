@@ -25,6 +25,7 @@ from .errors import (
     SessionStoreError,
     StaleEpochError,
     StaleGenerationError,
+    StaleStateError,
 )
 from .llm import LLMSettings, OpenAICompatibleSummarizer
 from .manager import SessionManager
@@ -34,13 +35,16 @@ from .models import (
     CanonicalTranscriptPage,
     CompactionSourceSnapshot,
     ContextView,
+    ScopeState,
     SessionContextState,
     SessionIntent,
     SessionListCursor,
     SessionListPage,
     SessionNode,
+    SessionState,
     SessionStatus,
     SessionSummary,
+    StateScope,
     TranscriptEntry,
 )
 from .models.messages import AppendFields, MessageInput
@@ -83,6 +87,7 @@ __all__ = [
     "MigrationError",
     "OpenAICompatibleSummarizer",
     "ResetReport",
+    "ScopeState",
     "SessionContextState",
     "SessionExistsError",
     "SessionIdInUseError",
@@ -92,12 +97,15 @@ __all__ = [
     "SessionManager",
     "SessionNode",
     "SessionNotFoundError",
+    "SessionState",
     "SessionStatus",
     "SessionStorage",
     "SessionStoreError",
     "SessionSummary",
     "StaleEpochError",
     "StaleGenerationError",
+    "StaleStateError",
+    "StateScope",
     "SyncSessionManager",
     "SyncSessionStorage",
     "TranscriptEntry",

@@ -88,6 +88,26 @@ class SessionGenerationChangedError(StaleGenerationError, KeyError):
     is never recreated. A ``KeyError``, as upstream HEAD raises."""
 
 
+class StaleStateError(SessionStoreError):
+    """A compare-and-set of a session's or a scope's state (``update_state`` /
+    ``update_scope_state`` with ``expected_revision``) found another revision stored:
+    another writer got there first, or a reset started a new state. Nothing was written.
+    ``target`` names the state (``session 'agent:main:x'``, ``app scope 'my-app'``),
+    ``expected_revision`` and ``actual_revision`` the two revisions."""
+
+    def __init__(self, target: str, expected_revision: int, actual_revision: int) -> None:
+        super().__init__(
+            f"the state of {target} is at revision {actual_revision}, not the expected "
+            f"{expected_revision}; nothing was written (read it again and retry)"
+        )
+        self.target = target
+        self.expected_revision = expected_revision
+        self.actual_revision = actual_revision
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.target, self.expected_revision, self.actual_revision))
+
+
 class DatabaseError(SessionStoreError):
     """The database refused or failed an operation; the driver's error is the ``__cause__``."""
 
@@ -130,11 +150,14 @@ class ArchiveWriteError(SessionStoreError, OSError):
 
 
 class EventLoopMismatchError(SessionStoreError, RuntimeError):
-    """An async storage was used from an event loop other than the one that connected it.
+    """A ``:memory:`` storage, or one on an application's engine, was used from an event
+    loop other than the one that connected it (a file or PostgreSQL storage gives each loop
+    an engine of its own: docs/sync.md#loops).
 
     Its connections belong to that loop (``asyncio.run()`` per request makes a new loop
-    each time). Open one storage per event loop, or, from synchronous code, use
-    ``opensquilla.session.sync.SyncSessionManager``, which keeps one loop for its storage.
+    each time). Use a file or PostgreSQL DSN, open one storage per event loop, or, from
+    synchronous code, use ``opensquilla.session.sync.SyncSessionManager``, which keeps one
+    loop for its storage.
     """
 
 
@@ -163,6 +186,7 @@ __all__ = [
     "SessionStoreError",
     "StaleEpochError",
     "StaleGenerationError",
+    "StaleStateError",
     "StoragePathError",
     "TurnOutcomeUnavailableError",
 ]

@@ -99,6 +99,24 @@ def require_session_key(key: str) -> CanonicalKey:
     return canonical
 
 
+def canonicalize_key_prefix(prefix: str) -> str:
+    """The canonical form of a key prefix (the listing's ``key_prefix``): the prefix as
+    given, except a *complete* agent segment (``agent:<id>:``, also after ``subagent:``),
+    which is normalised as a key's is, so ``agent:Main:app:user:`` selects the keys
+    ``agent:main:app:user:…``. Nothing else changes: no trimming, no case folding, an
+    incomplete agent segment (``agent:Ma``) compared as given (docs/semantics.md#key-prefix).
+    ``prefix`` is a checked ``str``."""
+    head = ""
+    rest = prefix
+    if rest.startswith("subagent:agent:"):
+        head, rest = "subagent:", rest[len("subagent:") :]
+    if rest.startswith("agent:"):
+        agent, colon, tail = rest[len("agent:") :].partition(":")
+        if colon:
+            rest = f"agent:{normalize_agent_id(agent)}:{tail}"
+    return head + rest
+
+
 def agent_key_prefix(agent_id: str | None) -> str:
     """The key prefix every session of ``agent_id`` starts with (``agent:<id>:``)."""
     return f"agent:{normalize_agent_id(agent_id)}:"

@@ -9,6 +9,7 @@ default), asks :func:`finish_compaction` for the result, and persists it atomica
 from __future__ import annotations
 
 from .config import CompactionConfig
+from .decision import CompactionDecision
 from .engine import (
     CompactionPlan,
     compact_entries,
@@ -37,6 +38,7 @@ __all__ = [
     "INPUT_KEYS",
     "SILENT_REPLY_TOKENS",
     "CompactionConfig",
+    "CompactionDecision",
     "CompactionPlan",
     "CompactionRequest",
     "CompactionResult",

@@ -42,6 +42,7 @@ from .dsn import StorageTarget, parse_target, shown_path, with_schema
 from .engine import adopt_engine, create_engine, dispose_engine, is_engine
 from .engine_options import EngineOptions, check_engine_options
 from .errors import translated_errors
+from .loop_units import LoopUnits
 from .uow import UnitOfWork
 
 if TYPE_CHECKING:  # the engine is the db layer's; storage only hands it out
@@ -161,7 +162,7 @@ class StorageLifecycle:
         # A :memory: database has no lasting name: its archives carry one of their own.
         tag = uuid.uuid4().hex[:8] if self._target.memory else _store_tag(self._target)
         self._archive_place = ArchivePlace(archives.archive_store, archives.archive_dir, tag)
-        self._db: UnitOfWork | None = None
+        self._db: LoopUnits | None = None
         self._recovered: tuple[RecoveredArchive, ...] = ()
         self._lost_reset_archives = 0
 
@@ -189,15 +190,37 @@ class StorageLifecycle:
 
     @property
     def engine(self) -> AsyncEngine:
-        """The public ``AsyncEngine``: every statement the store runs goes through it."""
+        """The public ``AsyncEngine`` of the calling event loop: every statement the store
+        runs on this loop goes through it (a file or PostgreSQL store has one per loop,
+        docs/sync.md#loops; outside any loop, the newest)."""
         return self.uow.engine
 
     @property
     def uow(self) -> UnitOfWork:
-        """The unit-of-work factory: ``async with storage.uow.write() as tx: ...``."""
-        if self._db is None:
+        """The unit-of-work factory of the calling event loop (made on the loop's first
+        call): ``async with storage.uow.write() as tx: ...``."""
+        db = self._db
+        if db is None:
             raise StorageNotConnectedError("Storage not connected. Call connect() first.")
-        return self._db
+        return db.current()
+
+    @property
+    def open_engines(self) -> int:
+        """How many engines (pools) the store holds open now: one per event loop that has
+        called it and not ended yet (docs/sync.md#loops); 0 when not connected."""
+        return self._db.engines if self._db is not None else 0
+
+    def _units(self, engine: AsyncEngine) -> LoopUnits:
+        """The units of work over ``engine`` (this loop's), and those other loops get:
+        engines of their own for a file or PostgreSQL DSN, none for ``:memory:`` (one
+        pinned connection) or an application's engine (a call from another loop is
+        refused)."""
+        many = self._app_engine is None and not self._target.memory
+        return LoopUnits(
+            UnitOfWork(engine, self._target),
+            new_engine=self._new_engine if many else None,
+            dispose=self._dispose,
+        )
 
     @property
     def is_connected(self) -> bool:
@@ -250,7 +273,7 @@ class StorageLifecycle:
         except BaseException:
             await self._dispose(engine, None)
             raise
-        self._db = UnitOfWork(engine, self._target)
+        self._db = self._units(engine)
         await self._recover_reset_archives()
 
     async def connect_without_migrating(self) -> None:
@@ -260,7 +283,7 @@ class StorageLifecycle:
         ``db downgrade``); every other operation needs the schema at head (``connect()``).
         """
         if self._db is None:
-            self._db = UnitOfWork(self._new_engine(), self._target)
+            self._db = self._units(self._new_engine())
 
     @property
     def archive_store(self) -> ArchiveStore:
@@ -326,11 +349,11 @@ class StorageLifecycle:
             )
 
     async def close(self) -> None:
-        """Dispose of the engine (never an engine the application passed in); idempotent.
-        From another event loop than the one that connected, too (``dispose_engine``)."""
+        """Dispose of the engines, one per event loop that used the store (never an engine
+        the application passed in); idempotent. From any event loop (``dispose_engine``)."""
         db, self._db = self._db, None
         if db is not None:
-            await self._dispose(db.engine, db.loop)
+            await db.close()
 
     @classmethod
     async def open(

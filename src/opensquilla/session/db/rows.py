@@ -147,9 +147,9 @@ def driver_converters(
     decoding of :func:`read_columns`' text on SQLite.
 
     On both: :class:`JSONText` is decoded. On SQLite: JSON text is decoded and a
-    ``BOOLEAN`` (stored 0/1) becomes a ``bool``. On Postgres: ``LosslessText`` is
-    unescaped (asyncpg has decoded JSON and booleans) and a ``Real`` zero loses its sign
-    (SQLite's ``REAL`` already has). Every other column arrives as its model's type.
+    ``BOOLEAN`` (stored 0/1) becomes a ``bool``. On Postgres: ``LosslessText`` is unescaped
+    (asyncpg has decoded JSON and booleans) and a ``Real`` zero loses its sign (SQLite's
+    ``REAL`` already has). Every other column arrives as its model's type.
     ``tests/storage/test_fast_reads.py`` checks this against SQLAlchemy's own processors,
     for every table on both backends.
     """

@@ -42,6 +42,46 @@ async def lock_key(conn: AsyncConnection, key: str) -> None:
         await conn.execute(func.pg_advisory_xact_lock(func.hashtextextended(key, 0)).select())
 
 
+# The largest code point, and the surrogates, which no key holds (keys.py refuses them).
+_MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix`` (in code point
+    order, which is UTF-8 byte order): ``prefix`` with its last code point incremented,
+    the surrogates stepped over; a last code point at U+10FFFF is dropped and the one
+    before it incremented. ``None`` when there is no such bound (an empty prefix, or one
+    made only of U+10FFFF): then only the lower bound applies."""
+    text = prefix
+    while text:
+        last = ord(text[-1])
+        if last < _MAX_CODE_POINT:
+            following = last + 1
+            if following in _SURROGATES:
+                following = _SURROGATES.stop
+            return text[:-1] + chr(following)
+        text = text[:-1]
+    return None
+
+
+def prefix_range(
+    column: ColumnElement[str], prefix: str, dialect_name: str
+) -> list[ColumnElement[bool]]:
+    """``column`` starts with ``prefix``, byte-exact (no wildcard, no case folding), as a
+    range an index serves: ``column >= prefix AND column < upper``. On PostgreSQL the
+    column is compared ``COLLATE "C"`` (byte order whatever the database's collation: the
+    expression of ``idx_sessions_key_prefix``); SQLite's BINARY collation is byte order."""
+    if not prefix:
+        return []
+    compared = column.collate("C") if dialect_name == "postgresql" else column
+    upper = prefix_upper_bound(prefix)
+    conditions = [compared >= prefix]
+    if upper is not None:
+        conditions.append(compared < upper)
+    return conditions
+
+
 T = TypeVar("T")
 
 

@@ -1,7 +1,8 @@
 """Units of work: one connection and one transaction, and the repositories bound to it.
 
 ``async with uow.write() as tx:`` gives a :class:`Transaction` whose repositories
-(``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states``, ``tx.overview``,
+(``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states`` (context states),
+``tx.session_states`` and ``tx.scope_states`` (session and scoped state), ``tx.overview``,
 ``tx.rows``, ``tx.search``, ``tx.leases``, ``tx.archives``) all run on that one connection;
 repositories never commit, the unit of work does. A use case opens the unit of work it needs and
 decides what it holds.
@@ -63,6 +64,7 @@ from .repos.overview import OverviewRepository
 from .repos.search import SearchRepository
 from .repos.session_archives import ArchiveRepository
 from .repos.sessions import SessionRepository
+from .repos.states import ScopeStateRepository, SessionStateRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
@@ -78,7 +80,9 @@ class Transaction:
         "leases",
         "overview",
         "rows",
+        "scope_states",
         "search",
+        "session_states",
         "sessions",
         "states",
         "summaries",
@@ -95,20 +99,28 @@ class Transaction:
         self.search = SearchRepository(conn)
         self.leases = LeaseRepository(conn)
         self.archives = ArchiveRepository(conn)
+        self.session_states = SessionStateRepository(conn)
+        self.scope_states = ScopeStateRepository(conn)
 
 
 class UnitOfWork:
     """An engine and the locks that make units of work safe on it."""
 
-    def __init__(self, engine: AsyncEngine, target: StorageTarget) -> None:
+    def __init__(
+        self, engine: AsyncEngine, target: StorageTarget, *, append_view: bool | None = None
+    ) -> None:
         self.engine = engine
-        # The loop the engine's connections belong to: units of work run on it only.
+        # The loop the engine's connections belong to: units of work run on it only (a
+        # store gives each loop a unit of its own: db/loop_units.py).
         self.loop = asyncio.get_running_loop()
+        self.target = target
         self.backend = target.backend
         self._memory = target.memory
         sqlite = target.backend == "sqlite"
         self._write_lock = asyncio.Lock() if sqlite else None
-        self._append_view: bool | None = None  # SQLite: revision 0008's view, once seen
+        # SQLite: revision 0008's view, once seen (the database's: another loop's unit of
+        # work starts from what this one found).
+        self._append_view: bool | None = append_view
         self._slots, self._slot_timeout = _pool_slots(engine)
         # Engine views sharing one pool and one event dispatch (listeners on `engine` see
         # every statement); each fixes how its connections begin.
@@ -132,6 +144,11 @@ class UnitOfWork:
     @property
     def is_postgres(self) -> bool:
         return self.backend == "postgresql"
+
+    @property
+    def append_view(self) -> bool | None:
+        """Whether the database has revision 0008's append view (SQLite), once looked up."""
+        return self._append_view
 
     async def appends_in_one_statement(self) -> bool:
         """Whether the append can be one statement here (:meth:`append_in_one_statement`)
@@ -253,11 +270,12 @@ class UnitOfWork:
 
     def _check_loop(self) -> None:
         if asyncio.get_running_loop() is not self.loop:
+            kind = "a ':memory:' database" if self._memory else "the application's engine"
             raise EventLoopMismatchError(
                 "this SessionStorage was connected on another event loop (an earlier "
-                "asyncio.run()?), and its connections belong to that loop; open one storage "
-                "per event loop, or from synchronous code use "
-                "opensquilla.session.sync.SyncSessionManager"
+                f"asyncio.run()?), and its connections ({kind}) belong to that loop; a file "
+                "or PostgreSQL DSN gets a pool per event loop: use one, or open one storage "
+                "per loop, or from synchronous code use opensquilla.session.SyncSessionManager"
             )
 
     @contextlib.asynccontextmanager

@@ -10,7 +10,8 @@ its prepared intents in ``prepared.py`` (:class:`PreparedCalls`), its context-st
 ``context_states.py`` (:class:`ContextStateCalls`), its session calls (lifecycle, listing,
 reset, retention, stats) in ``sessions.py`` (:class:`SessionCalls`), its branch in
 ``branching.py`` (:class:`BranchCalls`), its compaction calls in ``compaction.py``
-(:class:`CompactionCalls`), the rest here.
+(:class:`CompactionCalls`), its session and scoped state in ``state.py``
+(:class:`StateCalls`), the rest here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .context_states import ContextStateCalls
 from .prepared import PreparedCalls
 from .search import SearchCalls
 from .sessions import SessionCalls
+from .state import StateCalls
 from .transcript import TranscriptCalls
 
 
@@ -51,6 +53,7 @@ class SessionManager(
     PreparedCalls,
     ContextStateCalls,
     CompactionCalls,
+    StateCalls,
 ):
     """Session lifecycle, transcript, intents, branching, compaction, context states and
     retention, by session key."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-from ..compaction import CompactionConfig, CompactionResult
+from ..compaction import CompactionConfig, CompactionDecision, CompactionResult
 from ..errors import InvalidInputError
 from ..keys import canonicalize_session_key
 from ..models import (
@@ -37,6 +37,7 @@ from ..usecases.compaction import (
     summaries,
 )
 from ..usecases.compaction import compact_with_result as compaction_run
+from ..usecases.compaction import needs_compaction as compaction_decision
 from ..usecases.compaction import persist_compaction_result as compaction_persist
 from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import check_agent_id
@@ -87,6 +88,36 @@ class CompactionCalls:
         written)."""
         return await self._compaction(
             session_key, context_window_tokens, config, custom_instructions, options
+        )
+
+    async def needs_compaction(
+        self,
+        session_key: str,
+        context_window_tokens: int,
+        config: CompactionConfig | None = None,
+        custom_instructions: str | None = None,
+        *,
+        protected_boundary_message_id: str | None = None,
+    ) -> CompactionDecision:
+        """What :meth:`compact_with_result` with these arguments would decide now, without
+        running it: the same read and the same plan, then ``should_compact`` (it would
+        summarise) or the ``skip_reason`` its result would carry, with the planner's
+        ``estimated_tokens`` and ``threshold_tokens`` (docs/compaction.md#needs-compaction).
+        One read; no summariser call, no lease, no write. A planned compaction can still be
+        refused after its summary (quality gate, coverage, an empty summary) or at its
+        commit (the transcript changed meanwhile)."""
+        options: CompactionOptions = {
+            "protected_boundary_message_id": protected_boundary_message_id
+        }
+        checked = check_compaction_call(context_window_tokens, config, custom_instructions, options)
+        key = canonicalize_session_key(session_key)
+        return await compaction_decision(
+            self._storage.uow,
+            key,
+            context_window_tokens,
+            checked,
+            custom_instructions,
+            protected_boundary_message_id,
         )
 
     async def _compaction(

@@ -23,8 +23,11 @@ from ..models import (
     check_millis,
 )
 from ..models.reports import DeletionPreview, ResetReport
+from ..models.usage import UsageCostSource, check_usage
 from ..storage import SessionStorage
-from ..usecases import overview, reset, retention
+from ..support.clock import now_ms
+from ..usecases import overview, reset, retention, usage
+from ..usecases.generations import GenerationCache
 from ..usecases.lifecycle import Lifecycle
 from ..usecases.overview import ArchiveReport, StoreStats
 
@@ -42,6 +45,7 @@ class SessionCalls:
 
     _storage: SessionStorage
     _lifecycle: Lifecycle
+    _generations: GenerationCache
 
     async def create(
         self, session_key: str, /, agent_id: str = "main", **kwargs: Any
@@ -87,10 +91,19 @@ class SessionCalls:
         spawned_by: str | None = None,
         *,
         parent_session_key: str | None = None,
+        key_prefix: str | None = None,
     ) -> list[SessionNode]:
-        """Sessions by recent activity (``updated_at`` then key, both descending)."""
+        """Sessions by recent activity (``updated_at`` then key, both descending); with
+        ``key_prefix``, only those whose canonical key starts with it, byte-exact (a
+        complete ``agent:<id>:`` segment normalised, nothing else: docs/semantics.md#key-prefix)."""
         return await self._storage.list_sessions(
-            agent_id, status, limit, offset, spawned_by, parent_session_key=parent_session_key
+            agent_id,
+            status,
+            limit,
+            offset,
+            spawned_by,
+            parent_session_key=parent_session_key,
+            key_prefix=key_prefix,
         )
 
     async def list_sessions_page(
@@ -100,11 +113,13 @@ class SessionCalls:
         cursor: SessionListCursor | None = None,
         agent_id: str | None = None,
         status: str | None = None,
+        key_prefix: str | None = None,
     ) -> SessionListPage:
         """One keyset page of :meth:`list_sessions`' order: ``max(1, limit)`` sessions
-        strictly after ``cursor``; pass ``page.next_cursor`` for the next one."""
+        strictly after ``cursor``; pass ``page.next_cursor`` for the next one (with the
+        same filters)."""
         return await self._storage.list_sessions_page(
-            limit=limit, cursor=cursor, agent_id=agent_id, status=status
+            limit=limit, cursor=cursor, agent_id=agent_id, status=status, key_prefix=key_prefix
         )
 
     async def count_sessions(self) -> int:
@@ -145,6 +160,45 @@ class SessionCalls:
     async def archive(self, session_key: str) -> None:
         """A soft finish (status ``done``); nothing is moved or deleted."""
         await self._lifecycle.finish(self._storage.uow, session_key, SessionStatus.DONE)
+
+    # -- usage -------------------------------------------------------------------------
+
+    async def record_usage(
+        self,
+        session_key: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read: int = 0,
+        cache_write: int = 0,
+        cost_usd: float | None = None,
+        cost_source: UsageCostSource | None = None,
+    ) -> SessionNode:
+        """Add a turn's usage to the session's counters, atomically, and return the row.
+
+        One ``UPDATE`` of increments (concurrent calls all count), fenced on the generation
+        this manager last saw for the key, as an append is: after a reset it raises
+        ``StaleEpochError`` and adds nothing (the usage is not moved into the new
+        conversation). ``total_tokens`` grows by ``input_tokens + output_tokens``; a cost
+        needs its ``cost_source``: ``"provider_billed"`` (adds to ``billed_cost_usd``),
+        ``"opensquilla_estimate"`` (to ``estimated_cost_component_usd``), both also to
+        ``total_cost_usd`` and ``estimated_cost_usd``; ``"unavailable"`` (no ``cost_usd``)
+        counts a ``missing_cost_entries``. The row's ``cost_source`` becomes ``"mixed"``
+        once two kinds were recorded (docs/semantics.md#usage-counters). Every argument is
+        checked first (``InvalidInputError``, nothing written), and so is the room left in
+        each counter."""
+        checked = check_usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read=cache_read,
+            cache_write=cache_write,
+            cost_usd=cost_usd,
+            cost_source=cost_source,
+        )
+        key = canonicalize_session_key(session_key)
+        return await usage.record_usage(
+            self._storage.uow, self._generations, key, checked, now_ms()
+        )
 
     # -- retention ---------------------------------------------------------------------
 

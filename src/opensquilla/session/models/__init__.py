@@ -11,7 +11,7 @@ field types, ``check_*`` for plain arguments, ``invalid_input``), ``records`` (t
 transcript entries), ``identity`` (caller-chosen message ids, assistant reservations),
 ``intents`` (prepared session intents), ``pages`` (canonical transcript pages and coverage),
 ``listing`` (keyset pages of the session listing), ``context_view`` (the prompt's view) and
-``snapshot`` (what a reset archives).
+``snapshot`` (what a reset archives) and ``state`` (session state and scoped state).
 Everything is imported from here, ``opensquilla.session.models``, as it was before the split.
 """
 
@@ -86,6 +86,7 @@ from .records import _Record as _Record
 from .records import check_session_values as check_session_values
 from .snapshot import CompactionSourceSnapshot as CompactionSourceSnapshot
 from .snapshot import GenerationSnapshot as GenerationSnapshot
+from .state import ScopeState, SessionState, StateScope
 
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
@@ -99,14 +100,17 @@ __all__ = [
     "PreparedAction",
     "PreparedSessionIntent",
     "QueueMode",
+    "ScopeState",
     "SendPolicy",
     "SessionContextState",
     "SessionIntent",
     "SessionListCursor",
     "SessionListPage",
     "SessionNode",
+    "SessionState",
     "SessionStatus",
     "SessionSummary",
+    "StateScope",
     "StoredArchive",
     "TranscriptEntry",
 ]

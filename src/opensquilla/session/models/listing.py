@@ -65,13 +65,17 @@ class SessionListCursor:
 
 class SessionListFilter(TypedDict, total=False):
     """The listing's filters, declared once for every layer (``Unpack``): the front door
-    passes them canonical (an agent id normalised, lineage keys canonicalised); a filter
-    left out, or ``None``, filters nothing. A keyset page takes ``agent_id`` and ``status``."""
+    passes them canonical (an agent id normalised, lineage keys canonicalised, a key
+    prefix as ``keys.canonicalize_key_prefix`` makes it); a filter left out, or ``None``,
+    filters nothing. A keyset page takes ``agent_id``, ``status`` and ``key_prefix``.
+    ``key_prefix``: the sessions whose key starts with it, byte-exact (an empty prefix
+    filters nothing)."""
 
     agent_id: str | None
     status: str | None
     spawned_by: str | None
     parent_session_key: str | None
+    key_prefix: str | None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from ..db.lifecycle import StorageLifecycle
 from ..errors import InvalidInputError
-from ..keys import canonicalize_session_key, normalize_agent_id
+from ..keys import (
+    MAX_SESSION_KEY_LENGTH,
+    canonicalize_key_prefix,
+    canonicalize_session_key,
+    normalize_agent_id,
+)
 from ..models import (
     INT64_MAX,
     INT64_MIN,
@@ -29,8 +34,13 @@ def listing_filter(
     status: str | None = None,
     spawned_by: str | None = None,
     parent_session_key: str | None = None,
+    key_prefix: str | None = None,
 ) -> SessionListFilter:
-    """The listing's filters in canonical form (docs/semantics.md#keys)."""
+    """The listing's filters in canonical form (docs/semantics.md#keys); ``key_prefix``
+    checked as a key's text is (a ``str``, no NUL or surrogate, at most a key's length)."""
+    prefix = check_optional_text(
+        "key_prefix", key_prefix, identifier=True, max_length=MAX_SESSION_KEY_LENGTH
+    )
     return SessionListFilter(
         agent_id=normalize_agent_id(agent_id) if agent_id is not None else None,
         status=str(status) if status is not None else None,
@@ -38,6 +48,7 @@ def listing_filter(
         parent_session_key=(
             canonicalize_session_key(parent_session_key) if parent_session_key is not None else None
         ),
+        key_prefix=canonicalize_key_prefix(prefix) if prefix else None,
     )
 
 
@@ -92,10 +103,12 @@ class SessionRowOperations(StorageLifecycle):
         spawned_by: str | None = None,
         *,
         parent_session_key: str | None = None,
+        key_prefix: str | None = None,
     ) -> list[SessionNode]:
-        """Sessions by recent activity (``updated_at`` then key, both descending)."""
+        """Sessions by recent activity (``updated_at`` then key, both descending); with
+        ``key_prefix``, those whose key starts with it (docs/semantics.md#key-prefix)."""
         check_page(limit, offset)
-        filters = listing_filter(agent_id, status, spawned_by, parent_session_key)
+        filters = listing_filter(agent_id, status, spawned_by, parent_session_key, key_prefix)
         return await sessions.listing(self.uow, limit, offset, **filters)
 
     async def list_sessions_page(
@@ -105,6 +118,7 @@ class SessionRowOperations(StorageLifecycle):
         cursor: SessionListCursor | None = None,
         agent_id: str | None = None,
         status: str | None = None,
+        key_prefix: str | None = None,
     ) -> SessionListPage:
         """One keyset page of the listing (``updated_at`` then key, both descending):
         ``max(1, limit)`` sessions strictly after ``cursor`` (from the start without one).
@@ -117,7 +131,7 @@ class SessionRowOperations(StorageLifecycle):
             )
         check_optional_text("agent_id", agent_id)
         check_optional_text("status", status)
-        filters = listing_filter(agent_id, status)
+        filters = listing_filter(agent_id, status, key_prefix=key_prefix)
         return await sessions.listing_page(self.uow, max(1, limit), cursor, **filters)
 
     async def count_sessions(self) -> int:

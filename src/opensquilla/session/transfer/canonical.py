@@ -4,7 +4,9 @@ Copy decides "already there" and verifies what it wrote, and import recognises a
 earlier run imported, by comparing rows across databases that may be of different kinds.
 Equality has to be exact: ``1``, ``1.0`` and ``True`` differ, floats by their bits. Only
 what the store's value domain does not hold is ignored: the key order of a JSON object
-(``jsonb`` does not keep it) and the sign of a zero (``-0.0`` is stored as ``0.0`` on both
+(``jsonb`` does not keep it), except in a column kept as JSON text (per-entry ``metadata``,
+``db/types.py`` ``JSONText``), which reads back in the order written on both backends, so
+there the order is part of the value; and the sign of a zero (``-0.0`` is stored as ``0.0`` on both
 backends, ``db/types.py``; a row written before that rule compares as it would be stored
 now). See ``docs/semantics.md#values``.
 """
@@ -16,21 +18,29 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..db.tables import CHILD_TABLES, SESSIONS_TABLE
+from ..db.tables import CHILD_TABLES, SESSIONS_TABLE, TABLES
+from ..db.types import JSONText
 from ..models.reports import ColumnKind, SessionRows, TableLayout
+
+# The columns whose JSON objects keep their key order (stored as JSON text, not jsonb).
+KEY_ORDER_COLUMNS = frozenset(
+    column.name for table in TABLES for column in table.columns if isinstance(column.type, JSONText)
+)
 
 
 class _Raw(str):
     """Output text queued on the canonical encoder's stack (not a value to encode)."""
 
 
-def _canonical_text(value: Any) -> str:
+def _canonical_text(value: Any, *, key_order: bool = False) -> str:
     """``value`` as text that is equal for two values exactly when they are the same value
     of the same type: ``1``, ``1.0`` and ``True`` differ, floats are compared bit for bit
     in the store's domain (``0.1 + 0.2`` is not ``0.3``; ``-0.0`` is ``0.0``, the one zero
     both backends store), strings character for character
     (a NUL is not its escaped spelling). Object keys are sorted: ``jsonb`` does not keep
     their order, so it is no part of a stored value; each key stays with its own value.
+    ``key_order``: the value of a :data:`KEY_ORDER_COLUMNS` column, whose keys are kept in
+    their order (two objects differing only in it differ).
 
     Iterative, so the deepest JSON the store accepts is encoded like any other. The form
     is self-delimiting (``n``, ``T``, ``F``, ``i<digits>;``, ``f<hex>;``, a JSON string
@@ -55,7 +65,8 @@ def _canonical_text(value: Any) -> str:
         elif isinstance(item, dict):
             out.append("{")
             stack.append(_Raw("}"))
-            for name in sorted(item, key=str, reverse=True):
+            names = list(item)[::-1] if key_order else sorted(item, key=str, reverse=True)
+            for name in names:
                 stack.append(item[name])
                 stack.append(_Raw("s" + json.dumps(str(name))))
         elif isinstance(item, list | tuple):
@@ -84,7 +95,10 @@ def canonical_row(row: dict[str, Any], columns: Sequence[tuple[str, ColumnKind]]
     """One row in a form that is equal across backends exactly when the rows hold the same
     values (:func:`_canonical_text`): for checksums and "already copied" checks, not for
     files. A column the row does not carry reads as SQL ``NULL``."""
-    text = "".join(_canonical_text(_column_value(row.get(name), kind)) for name, kind in columns)
+    text = "".join(
+        _canonical_text(_column_value(row.get(name), kind), key_order=name in KEY_ORDER_COLUMNS)
+        for name, kind in columns
+    )
     return text.encode("ascii") + b"\n"
 
 

@@ -223,6 +223,14 @@ async def _fill(
     await tx.transcript.copy_to_session(
         source_session_id=parent.session_id, before=position, **target
     )
+    # The parent's current state, whole (also for a prefix fork), at revision 0
+    # (docs/state.md#reset-and-fork).
+    await tx.session_states.copy_to_session(
+        source_session_key=parent.session_key,
+        source_session_id=parent.session_id,
+        now=child.created_at,
+        **target,
+    )
     if fork == "full":
         await tx.summaries.copy_to_session(source_session_id=parent.session_id, **target)
         await tx.states.copy_valid_to_session(source_session_key=parent.session_key, **target)

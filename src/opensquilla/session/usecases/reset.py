@@ -160,6 +160,11 @@ async def start_generation(
         await tx.transcript.delete_all(old_id)
         await tx.summaries.delete_for_session(old_id)
         await tx.states.invalidate(key, reason="session_reset")
+        # The new generation's state is empty, at a revision a read before the reset never
+        # showed (docs/state.md#reset-and-fork).
+        await tx.session_states.restart(
+            key, old_session_id=old_id, new_session_id=new_session_id, now=now
+        )
         if archive_required and archive is not None and archive.staged:
             await _publish_required(archive.staged, current)
     return current, renewed

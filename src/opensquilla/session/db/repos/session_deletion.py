@@ -14,6 +14,7 @@ from sqlalchemy.sql.expression import BindParameter, ColumnElement
 
 from ..sql import is_postgres
 from ..tables import OWNED_TABLES, session_context_states, session_summaries, sessions
+from .states import session_states
 
 RETENTION_ORDER = (sessions.c.updated_at, sessions.c.created_at, sessions.c.session_key)
 
@@ -84,8 +85,8 @@ class SessionDeletion:
     async def delete_cascade(
         self, keys: Sequence[str], *, updated_before: int | None = None
     ) -> list[str]:
-        """Delete sessions and everything they own (:func:`owned_rows`); returns the keys
-        actually deleted.
+        """Delete sessions and everything they own (:func:`owned_rows`, and their state
+        rows); returns the keys actually deleted.
 
         The session rows go first: on Postgres that locks them, so an append or branch racing
         this delete either committed before (and its rows are deleted here too) or finds the
@@ -110,4 +111,9 @@ class SessionDeletion:
             keys = deleted_keys if table is session_summaries else listed_keys
             for owned in owned_rows(table, keys, listed_ids, sessions_deleted=True):
                 await self.conn.execute(delete(table).where(owned))
+        # The sessions' state (one row per key, outside the five tables), in the same
+        # transaction.
+        await self.conn.execute(
+            delete(session_states).where(_one_of(session_states.c.session_key, listed_keys))
+        )
         return deleted_keys

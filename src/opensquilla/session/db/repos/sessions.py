@@ -22,13 +22,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ...errors import InvalidInputError, StaleGenerationError
 from ...models import INT64_MAX, SessionListFilter, SessionNode
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
-from ..sql import chunks, insert_for
+from ..sql import chunks, insert_for, prefix_range
 from ..tables import sessions
 from .session_deletion import RETENTION_ORDER as RETENTION_ORDER
 from .session_deletion import SessionDeletion, _listed, _one_of
 from .session_deletion import owned_rows as owned_rows
 from .session_generations import SessionGenerations
 from .session_generations import generation_in_use as generation_in_use
+from .session_usage import SessionUsage
 
 Lock = Literal["share", "update"] | None
 
@@ -70,18 +71,23 @@ def _by_key(dialect_name: str, lock: Lock) -> Select[Any]:
     return query if lock is None else query.with_for_update(read=lock == "share")
 
 
-def _filtered(query: Select[Any], filters: Mapping[str, object]) -> Select[Any]:
-    """``query`` narrowed to the listing's filters (each one given and not ``None``)."""
+def _filtered(query: Select[Any], filters: Mapping[str, object], dialect: str) -> Select[Any]:
+    """``query`` narrowed to the listing's filters (each one given and not ``None``); the
+    key prefix as a range of the key's index (``sql.prefix_range``)."""
     for name, value in filters.items():
-        if value is not None:
+        if value is None:
+            continue
+        if name == "key_prefix":
+            query = query.where(*prefix_range(sessions.c.session_key, str(value), dialect))
+        else:
             query = query.where(sessions.c[name] == value)
     return query
 
 
-class SessionRepository(SessionDeletion, SessionGenerations):
+class SessionRepository(SessionDeletion, SessionGenerations, SessionUsage):
     """Statements on ``sessions``, on the connection of one unit of work; never commits
     (deletion and retention: ``session_deletion.py``; generation ids:
-    ``session_generations.py``)."""
+    ``session_generations.py``; the usage increment: ``session_usage.py``)."""
 
     __slots__ = ("conn",)
 
@@ -192,7 +198,7 @@ class SessionRepository(SessionDeletion, SessionGenerations):
     async def list_sessions(
         self, *, limit: int | None, offset: int, **filters: Unpack[SessionListFilter]
     ) -> list[SessionNode]:
-        query = _filtered(select_rows(sessions, self.conn), filters)
+        query = _filtered(select_rows(sessions, self.conn), filters, self.conn.dialect.name)
         query = query.order_by(*ACTIVITY_ORDER).offset(offset)
         if limit is not None:
             query = query.limit(limit)
@@ -232,7 +238,7 @@ class SessionRepository(SessionDeletion, SessionGenerations):
     ) -> list[SessionNode]:
         """At most ``limit`` sessions in listing order (:data:`ACTIVITY_ORDER`), strictly
         after the position ``after`` = ``(updated_at, session_key)`` when given."""
-        query = _filtered(select_rows(sessions, self.conn), filters)
+        query = _filtered(select_rows(sessions, self.conn), filters, self.conn.dialect.name)
         if after is not None:
             query = query.where(
                 tuple_(sessions.c.updated_at, sessions.c.session_key) < tuple_(*after)

@@ -1,10 +1,31 @@
 """Statements on ``session_states`` and ``scope_states`` (revision 0009): a session's state
-and state wider than one session, each a JSON object with a compare-and-set ``revision``."""
+and state wider than one session, each a JSON object with a compare-and-set ``revision``
+(docs/state.md). The merge of an update is the use case's (``usecases/state.py``); here the
+reads and the conditional writes."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, MetaData, Table, Text
+import functools
+from typing import Any, NamedTuple
 
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    MetaData,
+    Select,
+    Table,
+    Text,
+    bindparam,
+    case,
+    delete,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..sql import insert_for, lock_key
+from ..tables import sessions
 from ..types import JSONText
 
 # Not among the five tables: their own metadata, so export, import, retention and the drift
@@ -33,3 +54,223 @@ scope_states = Table(
     Column("revision", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
 )
+
+
+class StoredState(NamedTuple):
+    """A state row as stored: its generation (``None`` for a scope's), the state, its
+    revision and when it was last written."""
+
+    session_id: str | None
+    state: dict[str, Any]
+    revision: int
+    updated_at: int
+
+
+_LOCK_PREFIX_SESSION = "session_states:"
+_LOCK_PREFIX_SCOPE = "scope_states:"
+
+
+def _stored(row: Any, session_id: str | None) -> StoredState | None:
+    if row is None or row.revision is None:
+        return None
+    return StoredState(session_id, row.state, int(row.revision), int(row.updated_at))
+
+
+@functools.cache
+def _session_and_state(dialect_name: str, locked: bool) -> Select[Any]:
+    """The session's current generation and its key's state row, one statement (a key's
+    state row is at most one: the key is its primary key). ``locked`` (PostgreSQL): the
+    session row ``FOR KEY SHARE``, which a reset (``FOR UPDATE``) and a delete wait for and
+    an append (``FOR NO KEY UPDATE``) does not."""
+    query = (
+        select(
+            sessions.c.session_id,
+            session_states.c.session_id.label("state_session_id"),
+            session_states.c.state,
+            session_states.c.revision,
+            session_states.c.updated_at,
+        )
+        .select_from(
+            sessions.outerjoin(
+                session_states, session_states.c.session_key == sessions.c.session_key
+            )
+        )
+        .where(sessions.c.session_key == bindparam("session_key"))
+    )
+    if locked and dialect_name == "postgresql":
+        query = query.with_for_update(key_share=True, of=sessions)
+    return query
+
+
+class SessionStateRepository:
+    """Statements on ``session_states`` (``tx.session_states``), on one unit of work's
+    connection; never commits. Not ``tx.states``, the context states."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def read(
+        self, session_key: str, *, for_update: bool = False
+    ) -> tuple[str, StoredState | None] | None:
+        """``(session_id, stored state or None)`` of the session ``session_key``, ``None``
+        when there is no session. ``for_update`` (in a write transaction): writers of this
+        key's state are serialised first (PostgreSQL: a transaction advisory lock on the
+        key; SQLite's write transaction holds the database lock) and the session row is
+        held against a reset or a delete until the transaction ends."""
+        if for_update:
+            await lock_key(self.conn, _LOCK_PREFIX_SESSION + session_key)
+        query = _session_and_state(self.conn.dialect.name, for_update)
+        row = (await self.conn.execute(query, {"session_key": session_key})).first()
+        if row is None:
+            return None
+        return str(row.session_id), _stored(row, row.state_session_id)
+
+    async def write(
+        self,
+        session_key: str,
+        *,
+        session_id: str,
+        state: dict[str, Any],
+        revision: int,
+        now: int,
+        stored_revision: int | None,
+    ) -> bool:
+        """Store ``state`` at ``revision`` for generation ``session_id``: a new row when
+        ``stored_revision`` is ``None``, else the row while it is still at
+        ``stored_revision`` (the compare-and-set in the statement itself). ``False``:
+        nothing written (another writer's row, or its revision moved)."""
+        values = {
+            "session_id": session_id,
+            "state": state,
+            "revision": revision,
+            "updated_at": now,
+        }
+        if stored_revision is None:
+            stmt = insert_for(self.conn.dialect, session_states).on_conflict_do_nothing(
+                index_elements=[session_states.c.session_key]
+            )
+            result = await self.conn.execute(stmt, {"session_key": session_key, **values})
+        else:
+            stmt = (
+                update(session_states)
+                .where(
+                    session_states.c.session_key == session_key,
+                    session_states.c.revision == stored_revision,
+                )
+                .values(**values)
+            )
+            result = await self.conn.execute(stmt)
+        return bool(result.rowcount)
+
+    async def restart(
+        self, session_key: str, *, old_session_id: str, new_session_id: str, now: int
+    ) -> None:
+        """A reset's new, empty state for ``new_session_id``, at a revision above any the
+        old generation showed (so a compare-and-set read before the reset fails): revision
+        1 where there was no row; the row's revision + 1 where it was the old generation's;
+        + 2 where it was an older one's (which read as ``{}`` at revision + 1)."""
+        stmt = insert_for(self.conn.dialect, session_states)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[session_states.c.session_key],
+            set_={
+                "session_id": stmt.excluded.session_id,
+                "state": stmt.excluded.state,
+                "revision": session_states.c.revision
+                + case((session_states.c.session_id == old_session_id, 1), else_=2),
+                "updated_at": stmt.excluded.updated_at,
+            },
+        )
+        await self.conn.execute(
+            stmt,
+            {
+                "session_key": session_key,
+                "session_id": new_session_id,
+                "state": {},
+                "revision": 1,
+                "updated_at": now,
+            },
+        )
+
+    async def copy_to_session(
+        self,
+        *,
+        source_session_key: str,
+        source_session_id: str,
+        target_session_key: str,
+        target_session_id: str,
+        now: int,
+    ) -> int:
+        """A fork's copy: the source generation's state (if any) as the target's, at
+        revision 0 (a row an older session left under the target key is replaced)."""
+        await self.conn.execute(
+            delete(session_states).where(session_states.c.session_key == target_session_key)
+        )
+        source = select(
+            literal(target_session_key, type_=Text),
+            literal(target_session_id, type_=Text),
+            session_states.c.state,
+            literal(0, type_=BigInteger),
+            literal(now, type_=BigInteger),
+        ).where(
+            session_states.c.session_key == source_session_key,
+            session_states.c.session_id == source_session_id,
+        )
+        stmt = session_states.insert().from_select(
+            ["session_key", "session_id", "state", "revision", "updated_at"], source
+        )
+        return int((await self.conn.execute(stmt)).rowcount)
+
+
+class ScopeStateRepository:
+    """Statements on ``scope_states`` (``tx.scope_states``), on one unit of work's
+    connection; never commits."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def read(
+        self, scope: str, scope_id: str, *, for_update: bool = False
+    ) -> StoredState | None:
+        """The stored state of ``(scope, scope_id)``, ``None`` when never written.
+        ``for_update``: writers of this scope's state serialised first, as
+        :meth:`SessionStateRepository.read`."""
+        if for_update:
+            await lock_key(self.conn, f"{_LOCK_PREFIX_SCOPE}{scope}\x1f{scope_id}")
+        query = select(
+            scope_states.c.state, scope_states.c.revision, scope_states.c.updated_at
+        ).where(scope_states.c.scope == scope, scope_states.c.scope_id == scope_id)
+        return _stored((await self.conn.execute(query)).first(), None)
+
+    async def write(
+        self,
+        scope: str,
+        scope_id: str,
+        *,
+        state: dict[str, Any],
+        revision: int,
+        now: int,
+        stored_revision: int | None,
+    ) -> bool:
+        """As :meth:`SessionStateRepository.write`, for a scope's row."""
+        values = {"state": state, "revision": revision, "updated_at": now}
+        if stored_revision is None:
+            stmt = insert_for(self.conn.dialect, scope_states).on_conflict_do_nothing(
+                index_elements=[scope_states.c.scope, scope_states.c.scope_id]
+            )
+            result = await self.conn.execute(stmt, {"scope": scope, "scope_id": scope_id, **values})
+        else:
+            stmt = (
+                update(scope_states)
+                .where(
+                    scope_states.c.scope == scope,
+                    scope_states.c.scope_id == scope_id,
+                    scope_states.c.revision == stored_revision,
+                )
+                .values(**values)
+            )
+            result = await self.conn.execute(stmt)
+        return bool(result.rowcount)

@@ -20,12 +20,17 @@ from ...models.reports import ColumnKind, SessionRows, TableLayout
 from ..sql import chunks, is_postgres
 from ..tables import CHILD_TABLES, sessions
 from ..tables import TABLES as _ALL
+from ..types import JSONText
 from .sessions import insert_if_absent
 
 TABLES: dict[str, Table] = {table.name: table for table in _ALL}
 
 
 def _kind(type_: TypeEngine[Any]) -> ColumnKind:
+    if isinstance(type_, JSONText):
+        # JSON kept as text (per-entry ``metadata``): a JSON value in the file like any
+        # other JSON column, its key order kept by the format's own encoding.
+        return "json"
     if isinstance(type_, TypeDecorator):
         type_ = type_.impl_instance
     if isinstance(type_, JSON):

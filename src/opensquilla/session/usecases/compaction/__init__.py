@@ -2,6 +2,7 @@
 
 * ``run.py``: :func:`compact_with_result` reads the source, plans (the pure engine,
   ``compaction/``) and joins the single flight; :class:`Compactor`, the manager's wiring.
+* ``decision.py``: :func:`needs_compaction`, the same read and plan, and the plan's decision.
 * ``execute.py``: a flight's run: the lease, the summariser outside any transaction, the
   fenced commit.
 * ``commit.py``: :func:`rewrite_compacted_session`, the atomic rewrite that re-checks the
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 from .commit import ContextStateChanged, rewrite_compacted_session
+from .decision import needs_compaction
 from .flight import flight_key, running_flights
 from .lease import WAIT_MESSAGE
 from .options import (
@@ -48,6 +50,7 @@ __all__ = [
     "compact_with_result",
     "entered",
     "flight_key",
+    "needs_compaction",
     "persist_compaction_result",
     "rewrite_compacted_session",
     "running_flights",

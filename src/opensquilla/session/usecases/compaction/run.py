@@ -25,6 +25,7 @@ from typing import Any
 
 from ...compaction import (
     CompactionConfig,
+    CompactionPlan,
     CompactionRequest,
     CompactionResult,
     FallbackSummarizer,
@@ -79,7 +80,7 @@ class Compactor:
         return FallbackSummarizer()
 
 
-async def _read(
+async def read_source(
     uow: UnitOfWork, key: CanonicalKey, config: CompactionConfig
 ) -> tuple[SessionNode, list[TranscriptEntry], RollingContext | None]:
     """The source, from one snapshot: the session row, its live rows and (rolling
@@ -91,6 +92,31 @@ async def _read(
             return node, live, None
         records = await read_context_records(tx, key, node.session_id, now_ms())
     return node, live, RollingContext.of(records)
+
+
+def plan_for(
+    node: SessionNode,
+    live: list[TranscriptEntry],
+    context: RollingContext | None,
+    context_window_tokens: int,
+    config: CompactionConfig,
+    custom_instructions: str | None,
+    boundary: str | None,
+) -> CompactionPlan:
+    """The engine's plan for the source :func:`read_source` read: what
+    :func:`compact_with_result` runs and ``needs_compaction`` reports (one code path)."""
+    request = CompactionRequest(
+        session_id=node.session_id,
+        entries=compaction_input(live),
+        context_window_tokens=context_window_tokens,
+        config=config,
+        custom_instructions=custom_instructions,
+        entry_ids=[entry.id for entry in live],
+        entry_message_ids=[entry.message_id for entry in live],
+        protected_boundary_message_id=boundary,
+        previous_summary=context.previous_summary if context is not None else None,
+    )
+    return plan_compaction(request)
 
 
 async def compact_with_result(
@@ -115,23 +141,14 @@ async def compact_with_result(
 
     async def read() -> tuple[SessionNode, list[TranscriptEntry], RollingContext | None]:
         async with entered(mutation_context):
-            return await _read(uow, key, config)
+            return await read_source(uow, key, config)
 
     while True:
         node, live, context = await bounded("read", read(), deadline, total)
-        request = CompactionRequest(
-            session_id=node.session_id,
-            entries=compaction_input(live),
-            context_window_tokens=context_window_tokens,
-            config=config,
-            custom_instructions=custom_instructions,
-            entry_ids=[entry.id for entry in live],
-            entry_message_ids=[entry.message_id for entry in live],
-            protected_boundary_message_id=boundary,
-            previous_summary=context.previous_summary if context is not None else None,
-        )
         # A missing boundary is a skip here: no summariser call, no flight, no write.
-        plan = plan_compaction(request)
+        plan = plan_for(
+            node, live, context, context_window_tokens, config, custom_instructions, boundary
+        )
         if plan.skipped is not None:
             return plan.skipped
         inputs: dict[str, Any] = {
