@@ -68,6 +68,7 @@ from .repos.states import ScopeStateRepository, SessionStateRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
+from .uow_slots import discard_cancelled, pool_slots
 
 T = TypeVar("T")
 
@@ -121,7 +122,7 @@ class UnitOfWork:
         # SQLite: revision 0008's view, once seen (the database's: another loop's unit of
         # work starts from what this one found).
         self._append_view: bool | None = append_view
-        self._slots, self._slot_timeout = _pool_slots(engine)
+        self._slots, self._slot_timeout = pool_slots(engine)
         # Engine views sharing one pool and one event dispatch (listeners on `engine` see
         # every statement); each fixes how its connections begin.
         if sqlite:
@@ -300,7 +301,7 @@ class UnitOfWork:
                 # A statement may be in flight: the driver is cancelling it on the server.
                 # Let that finish, then throw the connection away, both to their end.
                 if self.is_postgres:
-                    await _not_interrupted(_discard_cancelled(conn))
+                    await _not_interrupted(discard_cancelled(conn))
                 raise
             except BaseException as exc:
                 if leaves_connection_in_doubt(exc):
@@ -369,21 +370,6 @@ async def _not_interrupted(statement: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-async def _discard_cancelled(conn: AsyncConnection) -> None:
-    """Invalidate ``conn`` after a cancellation, once the driver's own clean-up of the
-    interrupted statement (asyncpg sends the server a cancel request on a connection of its
-    own) has run: closing the connection under it leaves that request's futures holding
-    errors no one retrieves."""
-    sync = conn.sync_connection
-    if sync is None or sync.invalidated:
-        return  # SQLAlchemy threw it away itself (the cancellation met a statement)
-    driver = sync.connection.driver_connection
-    pending = getattr(driver, "_cancellations", None)  # asyncpg's cancel requests in flight
-    if pending:
-        await asyncio.gather(*list(pending), return_exceptions=True)
-    await conn.invalidate()
-
-
 def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
     """In SQLAlchemy's greenlet: check a connection out, run ``work`` on it, commit (the
     statement committed itself in autocommit; this ends SQLAlchemy's own transaction
@@ -401,17 +387,3 @@ def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
                 conn.invalidate()
             raise
         return result
-
-
-def _pool_slots(engine: AsyncEngine) -> tuple[asyncio.Semaphore | None, float]:
-    """A semaphore of the pool's capacity, and the pool's timeout, for a bounded pool
-    (PostgreSQL's, a SQLite file's); ``None`` for a pool that never makes a checkout wait
-    (the one connection of ``:memory:``, ``NullPool``, an unbounded overflow)."""
-    pool = engine.pool
-    size, overflow = getattr(pool, "size", None), getattr(pool, "_max_overflow", -1)
-    timeout = getattr(pool, "timeout", None)
-    if not callable(size) or not isinstance(overflow, int) or overflow < 0:
-        return None, 0.0
-    capacity = size() + overflow
-    seconds = timeout() if callable(timeout) else 30.0
-    return asyncio.Semaphore(capacity), float(seconds)
