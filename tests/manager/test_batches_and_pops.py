@@ -10,9 +10,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from opensquilla.session import MessageInput, SessionManager, SessionStorage
-from opensquilla.session.db.repos import fenced_append
+from opensquilla.session.db.repos import fenced_append, transcript_batches
 from opensquilla.session.errors import InvalidInputError
 from opensquilla.session.models import TranscriptEntry
 from tests.helpers import table_snapshot
@@ -484,3 +485,46 @@ async def test_two_concurrent_pops_never_return_the_same_entry(
         await first.close()
         await second.close()
     assert [e.content for e in await manager.get_transcript(KEY)] == ["m0", "m1"]
+
+
+async def test_a_batch_longer_than_a_chunk_is_one_transaction_of_chunks(
+    manager: SessionManager,
+    storage: SessionStorage,
+    one_statement: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``CHUNK_ROWS`` rows a batch takes one more INSERT per chunk, in the same
+    transaction, in order, one timestamp; a failure in a later chunk leaves nothing."""
+    monkeypatch.setattr(transcript_batches, "CHUNK_ROWS", 3)
+    await manager.create(KEY)
+    await manager.append_messages(KEY, _messages(1))
+    with statements(storage) as seen:
+        entries = await manager.append_messages(KEY, _messages(10, "c"))
+    inserts = [s for s in seen if "INSERT INTO transcript_entries" in s]
+    assert len(inserts) == 4, seen
+    stored = await manager.get_transcript(KEY)
+    assert [e.content for e in stored[1:]] == [f"c{n}" for n in range(10)]
+    assert [e.id for e in stored[1:]] == [e.id for e in entries]
+    assert len({e.created_at for e in entries}) == 1
+    before = await table_snapshot(storage)
+    calls = 0
+
+    def fail_third() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("injected")
+
+    engine = storage.engine.sync_engine
+
+    def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "INSERT INTO transcript_entries" in statement:
+            fail_third()
+
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        with pytest.raises(RuntimeError, match="injected"):
+            await manager.append_messages(KEY, _messages(10, "d"))
+    finally:
+        event.remove(engine, "after_cursor_execute", after)
+    assert await table_snapshot(storage) == before
