@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session import MessageInput, SessionManager, SessionStorage
+from opensquilla.session.manager.batches import BatchCalls
 from opensquilla.session.manager.context_states import ContextStateCalls
 from opensquilla.session.manager.prepared import PreparedCalls
 from opensquilla.session.manager.search import SearchCalls
@@ -30,6 +31,7 @@ from .conftest import CheckoutCounter
 
 KEY = "agent:main:one-unit"
 CHILD = "agent:main:one-unit-child"
+EMPTY = "agent:main:one-unit-empty"
 _serial = itertools.count()
 
 
@@ -51,6 +53,10 @@ def _state(w: World) -> SessionContextState:
 
 def _entry(w: World) -> TranscriptEntry:
     return TranscriptEntry(session_id=w.session_id, session_key=KEY, role="user", content="x")
+
+
+def _batch(count: int) -> list[MessageInput]:
+    return [{"role": "user", "content": f"batch {n}", "token_count": 1} for n in range(count)]
 
 
 def _cursor(w: World) -> tuple[int, int]:
@@ -75,6 +81,13 @@ MANAGER: dict[str, tuple[Call, int]] = {
         1,
     ),
     "remove_message": (lambda w: w.manager.remove_message(KEY, "absent"), 1),
+    # Issue 28: one write transaction for the batch (warmed), one statement for a pop or a
+    # delete; an empty batch touches nothing.
+    "append_messages": (lambda w: w.manager.append_messages(KEY, _batch(10)), 1),
+    "append_messages[empty]": (lambda w: w.manager.append_messages(KEY, []), 0),
+    "pop_message": (lambda w: w.manager.pop_message(KEY), 1),
+    "pop_message[empty]": (lambda w: w.manager.pop_message(EMPTY), 1),
+    "delete_entry": (lambda w: w.manager.delete_entry(KEY, w.entries[0].id or 0), 1),
     "inject_message": (lambda w: w.manager.inject_message(KEY, "from afar"), 1),
     "update_message_turn_context": (
         lambda w: w.manager.update_message_turn_context(KEY, w.entries[0].message_id, {"t": 1}),
@@ -239,7 +252,7 @@ def _base(name: str) -> str:
 
 
 def test_every_public_call_of_the_domain_has_a_case() -> None:
-    manager = _public(TranscriptCalls, SearchCalls, ContextStateCalls, PreparedCalls)
+    manager = _public(TranscriptCalls, BatchCalls, SearchCalls, ContextStateCalls, PreparedCalls)
     assert manager - MANAGER_ELSEWHERE | MANAGER_IN_INIT == {_base(name) for name in MANAGER}
     storage = _public(HistoryRowOperations, SearchOperations) - STORAGE_ELSEWHERE
     assert storage == {_base(name) for name in STORAGE}
@@ -247,6 +260,7 @@ def test_every_public_call_of_the_domain_has_a_case() -> None:
 
 async def _prepared(manager: SessionManager, storage: SessionStorage) -> World:
     node = await manager.create(KEY, display_name="one unit")
+    await manager.create(EMPTY)
     entries = [
         await manager.append_message(KEY, role, f"hello {n}", token_count=1)
         for n, role in enumerate(("user", "assistant", "user"))

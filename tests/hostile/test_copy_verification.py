@@ -123,7 +123,7 @@ async def _seed_exact(dsn: str) -> None:
     async with opened(dsn) as manager:
         await manager.create(KEY, label="before\x00after", delivery_context={"n": 1})
         await manager.update(KEY, estimated_cost_usd=0.1 + 0.2)
-        await manager.append_message(KEY, "user", "hi", turn_usage={"a": 1, "b": 2})
+        await manager.append_message(KEY, "assistant", "hi", turn_usage={"a": 1, "b": 2})
 
 
 async def _change_target(dsn: str, table: sa.Table, column: str, value: object) -> None:
@@ -305,7 +305,7 @@ def test_a_session_holding_negative_zeros_copies_and_a_rerun_verifies_it(
     async def seed() -> None:
         async with opened(source) as manager:
             await manager.create(KEY, origin={"n": 1})
-            await manager.append_message(KEY, "user", "hi", turn_usage={"cost": 1.0})
+            await manager.append_message(KEY, "assistant", "hi", turn_usage={"cost": 1.0})
 
     run(seed())
     with contextlib.closing(sqlite3.connect(source)) as db, db:  # as an older release wrote it

@@ -193,8 +193,17 @@ async def test_token_counts_summing_beyond_64_bits_neither_block_a_fork_nor_a_co
     await manager.create(KEY)
     for n in range(4):
         role = "user" if n % 2 == 0 else "assistant"
+        # turn_usage is the assistant's (issue 28: refused for a user message); the
+        # user rows count through their token_count alone... which would overflow the
+        # session's total, so they carry their usage in metadata and count nothing.
+        usage = {"tokens": 2**62}
         await manager.append_message(
-            KEY, role, f"m{n}", token_count=2**62, turn_usage={"tokens": 2**62}
+            KEY,
+            role,
+            f"m{n}",
+            token_count=2**62 if role == "assistant" else None,
+            turn_usage=usage if role == "assistant" else None,
+            metadata=None if role == "assistant" else usage,
         )
     child = await manager.branch(KEY, "agent:main:child", fork_transcript=True, max_fork_tokens=10)
     assert child.forked_from_parent is False

@@ -316,6 +316,7 @@ APPEND_ARGS = (
     "turn_context",
     "message_id",
     "assistant_message_id",
+    "metadata",
 )
 # The entry field an append argument ends up in (the rest: the field of the same name).
 APPEND_FIELD = {"provenance": "provenance_kind", "assistant_message_id": "message_id"}
@@ -381,8 +382,60 @@ async def branch_child_key(h: Harness, junk: Any) -> tuple[Any, Check]:
     return await h.manager.branch(h.key, junk), None
 
 
+def _batch_cases() -> list[Case]:
+    """Issue 28: every field of the batch's second message; refused, the whole batch is
+    (nothing written); accepted, it reads back as given."""
+    cases: list[Case] = []
+    for argument in (*APPEND_ARGS, "message"):
+
+        async def append_batch(
+            h: Harness, junk: Any, argument: str = argument
+        ) -> tuple[Any, Check]:
+            second: Any = {"role": "assistant", "content": "hello"}
+            if argument == "message":
+                second = junk
+            else:
+                second[argument] = junk
+            entries = await h.manager.append_messages(
+                h.key, [{"role": "user", "content": "first"}, second]
+            )
+            if argument == "message" or (argument == "role" and junk is None):
+                return entries, None
+            return entries[1], _append_field_check(h, entries[1], argument, junk)
+
+        append_batch.__name__ = f"append_messages_{argument}"
+        cases.append(append_batch)
+    return cases
+
+
+async def append_messages_list(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.append_messages(h.key, junk), None
+
+
+async def append_messages_key(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.append_messages(junk, [{"role": "user", "content": "x"}]), None
+
+
+async def pop_message_key(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.pop_message(junk), None
+
+
+async def delete_entry_id(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.delete_entry(h.key, junk), None
+
+
+async def delete_entry_key(h: Harness, junk: Any) -> tuple[Any, Check]:
+    return await h.manager.delete_entry(junk, h.entries[0].id or 0), None
+
+
 TRANSCRIPT_CASES: list[Case] = [
     *_append_cases(),
+    *_batch_cases(),
+    append_messages_list,
+    append_messages_key,
+    pop_message_key,
+    delete_entry_id,
+    delete_entry_key,
     append_to_key,
     provenance_field,
     truncate,
@@ -902,6 +955,9 @@ MANAGER_WRITES = {
     "reset_with_report": SESSION_CASES,  # what reset() runs
     "delete": SESSION_CASES,
     "append_message": TRANSCRIPT_CASES,
+    "append_messages": TRANSCRIPT_CASES,
+    "pop_message": TRANSCRIPT_CASES,
+    "delete_entry": TRANSCRIPT_CASES,
     "truncate": TRANSCRIPT_CASES,
     "branch": TRANSCRIPT_CASES,
     "compact": COMPACTION_CASES,

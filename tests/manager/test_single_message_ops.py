@@ -440,14 +440,12 @@ async def test_prepare_message_writes_nothing_and_the_caller_appends_it(
     manager, sizes = notified
     node = await manager.create(KEY)
     before = await table_snapshot(storage)
-    entry, epoch = await manager.prepare_message(
-        KEY, "user", "hi", reasoning_content="dropped", turn_usage={"dropped": True}
-    )
+    entry, epoch = await manager.prepare_message(KEY, "user", "hi")
     assert await table_snapshot(storage) == before and sizes == []
     assert (entry.session_id, entry.session_key, epoch) == (node.session_id, KEY, node.epoch)
     assert uuid.UUID(entry.message_id).version == 4
     assert entry.content is not None and entry.content.endswith("\nhi")  # time-stamped
-    assert (entry.reasoning_content, entry.turn_usage, entry.id) == (None, None, None)
+    assert entry.id is None
 
     await storage.append_transcript_entry(entry, expected_epoch=epoch)
     await manager.notify_message_appended(entry)

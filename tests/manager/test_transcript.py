@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.errors import InvalidInputError
 from opensquilla.session.models import (
     CompactedTranscriptEntry,
     SessionContextState,
     SessionSummary,
     TranscriptEntry,
 )
+from tests.helpers import table_snapshot
 
 KEY = "agent:main:talk"
 
@@ -123,37 +125,41 @@ async def test_assistant_turn_usage_is_kept_and_not_counted(
     assert [e.turn_usage for e in await manager.get_transcript(KEY)] == [usage]
 
 
-async def test_user_turn_usage_is_dropped_and_not_counted(
+async def test_user_turn_usage_is_refused_and_nothing_is_written(
     manager: SessionManager, storage: SessionStorage
 ) -> None:
-    """The rule looks at the argument: a user message with usage is neither counted nor
-    stored with that usage."""
+    """Issue 28: usage on a user message is never silently emptied: refused, naming the
+    field, and nothing written (neither the row nor the tokens)."""
     await manager.create(KEY)
+    before = await table_snapshot(storage)
 
-    entry = await manager.append_message(
-        KEY, "user", "hey", turn_usage={"input_tokens": 9}, token_count=9
-    )
-
-    assert await _total_tokens(storage) == 0
-    assert entry.turn_usage is None
-    (stored,) = await manager.get_transcript(KEY)
-    assert stored.turn_usage is None
-    assert stored.token_count == 9
-
-
-async def test_reasoning_and_usage_dropped_for_non_assistant_roles(
-    manager: SessionManager,
-) -> None:
-    await manager.create(KEY)
-
-    for role in ("user", "system", "tool"):
+    with pytest.raises(InvalidInputError, match="turn_usage"):
         await manager.append_message(
-            KEY, role, role, reasoning_content="hidden thoughts", turn_usage={"output_tokens": 1}
+            KEY, "user", "hey", turn_usage={"input_tokens": 9}, token_count=9
         )
 
-    stored = await manager.get_transcript(KEY)
-    assert [e.role for e in stored] == ["user", "system", "tool"]
-    assert all(e.reasoning_content is None and e.turn_usage is None for e in stored)
+    assert await table_snapshot(storage) == before
+    assert await _total_tokens(storage) == 0
+
+
+@pytest.mark.parametrize("role", ["user", "system", "tool"])
+@pytest.mark.parametrize("field", ["reasoning_content", "turn_usage"])
+async def test_reasoning_and_usage_refused_for_non_assistant_roles(
+    manager: SessionManager, storage: SessionStorage, role: str, field: str
+) -> None:
+    await manager.create(KEY)
+    value: Any = "hidden thoughts" if field == "reasoning_content" else {"output_tokens": 1}
+    before = await table_snapshot(storage)
+
+    with pytest.raises(InvalidInputError, match=field):
+        await manager.append_message(KEY, role, role, **{field: value})
+    with pytest.raises(InvalidInputError, match=field):
+        await manager.prepare_message(KEY, role, role, **{field: value})
+
+    assert await table_snapshot(storage) == before
+    # None is no value: accepted for every role.
+    entry = await manager.append_message(KEY, role, role, reasoning_content=None, turn_usage=None)
+    assert entry.id is not None
 
 
 async def test_reasoning_kept_for_the_assistant(manager: SessionManager) -> None:

@@ -177,7 +177,9 @@ async def test_caller_text_reaches_sql_only_as_bound_parameters(
                 f"{HOSTILE} {n}",
                 tool_calls=[{HOSTILE: HOSTILE}],
                 tool_call_id=f"{HOSTILE}-{n}",
-                reasoning_content=HOSTILE,
+                # The assistant's only (issue 28: refused for another role).
+                reasoning_content=HOSTILE if n % 2 else None,
+                metadata={HOSTILE: HOSTILE},
                 turn_context={HOSTILE: HOSTILE},
                 provenance={"source_tool": HOSTILE, "kind": HOSTILE},
                 token_count=200,

@@ -21,7 +21,7 @@ HANG_GUARD = 60.0
 def paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The path each append took: "direct" or "connection"."""
     taken: list[str] = []
-    direct, connection = uow_module.first_value, uow_module._run_on_connection
+    direct, connection = uow_module.first_row, uow_module._run_on_connection
 
     def on_dbapi(*args: Any, **kwargs: Any) -> Any:
         taken.append("direct")
@@ -31,7 +31,7 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         taken.append("connection")
         return connection(*args, **kwargs)
 
-    monkeypatch.setattr(uow_module, "first_value", on_dbapi)
+    monkeypatch.setattr(uow_module, "first_row", on_dbapi)
     monkeypatch.setattr(uow_module, "_run_on_connection", on_connection)
     yield taken
 

@@ -105,8 +105,15 @@ async def test_the_forced_fallback_appends_in_a_write_transaction(
     await manager.create(KEY)
     with _statements(storage) as seen:
         entry = await manager.append_message(KEY, "user", "three", token_count=2)
-    assert [s.split()[0] + " " + s.split()[1] for s in seen] == ["UPDATE sessions", "INSERT INTO"]
-    assert "transcript_entries" in seen[1]
+    # The fence, the order floor (issue 28: a defaulted created_at, read under the write
+    # lock), the insert.
+    assert [s.split()[0] + " " + s.split()[1] for s in seen] == [
+        "UPDATE sessions",
+        "SELECT (SELECT",
+        "INSERT INTO",
+    ]
+    assert "max(transcript_entries.created_at)" in seen[1]
+    assert "transcript_entries" in seen[2]
     node = await manager.get_session(KEY)
     assert node is not None and node.total_tokens == 2
     assert [e.id for e in await manager.get_transcript(KEY)] == [entry.id]

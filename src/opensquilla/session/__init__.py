@@ -47,6 +47,7 @@ from .models import (
     StateScope,
     TranscriptEntry,
 )
+from .models.messages import AppendFields, MessageInput
 from .models.reports import ResetReport
 from .storage import SessionStorage
 from .sync import SyncSessionManager, SyncSessionStorage
@@ -66,6 +67,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 __all__ = [
     "CANONICAL_FORK_PROOF_SCHEMA_VERSION",
     "OPENAI_RESPONSES_COMPACTED_WINDOW_STATE_KIND",
+    "AppendFields",
     "ArchiveWriteError",
     "CanonicalTranscriptCoverage",
     "CanonicalTranscriptPage",
@@ -80,6 +82,7 @@ __all__ = [
     "EventLoopMismatchError",
     "InvalidInputError",
     "LLMSettings",
+    "MessageInput",
     "MessageNotFoundError",
     "MigrationError",
     "OpenAICompatibleSummarizer",

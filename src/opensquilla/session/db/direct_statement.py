@@ -189,13 +189,13 @@ def _compile(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
     )
 
 
-def first_value(
+def first_row(
     engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
 ) -> Any:
     """In SQLAlchemy's greenlet: check a connection out of ``engine``'s pool, run
     ``plan`` with ``params`` on it (``isolation_level`` set for the statement and reset
     after, as the ``Connection`` path does for an engine's option), return the first
-    column of the first row (``None`` for no row) and the connection to the pool."""
+    row as a tuple (``None`` for no row) and the connection to the pool."""
     dialect = engine.dialect
     dbapi_error = dialect.loaded_dbapi.Error
     try:
@@ -247,7 +247,7 @@ def first_value(
         raise
     finally:
         fairy.close()
-    return row[0] if row is not None else None
+    return tuple(row) if row is not None else None
 
 
 @contextlib.contextmanager
@@ -259,7 +259,7 @@ def _isolation(dialect: Dialect, fairy: PoolProxiedConnection, level: str | None
     try:
         yield
     except BaseException as exc:
-        # An exit exception leaves the connection to be invalidated (``first_value``):
+        # An exit exception leaves the connection to be invalidated (``first_row``):
         # nothing more is done on it.
         if not is_exit_exception(exc) and fairy.is_valid:
             dialect.reset_isolation_level(fairy.dbapi_connection)  # type: ignore[arg-type]

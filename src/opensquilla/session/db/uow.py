@@ -47,7 +47,7 @@ from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
 from .direct_statement import (
     Plan,
-    first_value,
+    first_row,
     own_listeners,
     plan_for,
     refused_connection,
@@ -68,6 +68,7 @@ from .repos.states import ScopeStateRepository, SessionStateRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
+from .uow_slots import discard_cancelled, pool_slots
 
 T = TypeVar("T")
 
@@ -121,7 +122,7 @@ class UnitOfWork:
         # SQLite: revision 0008's view, once seen (the database's: another loop's unit of
         # work starts from what this one found).
         self._append_view: bool | None = append_view
-        self._slots, self._slot_timeout = _pool_slots(engine)
+        self._slots, self._slot_timeout = pool_slots(engine)
         # Engine views sharing one pool and one event dispatch (listeners on `engine` see
         # every statement); each fixes how its connections begin.
         if sqlite:
@@ -175,16 +176,28 @@ class UnitOfWork:
         ):
             yield Transaction(conn)
 
+    @contextlib.asynccontextmanager
+    async def one_statement(self) -> AsyncIterator[Transaction]:
+        """A connection in autocommit for write statements each atomic on its own (a pop,
+        a delete by id), with the in-process write lock of :meth:`write` held (SQLite):
+        no BEGIN/COMMIT round trips. The use case runs one write statement in it (and at
+        most reads besides)."""
+        self._check_loop()
+        async with self._locked(self._write_lock), self._connection(self._single) as conn:
+            yield Transaction(conn)
+            await conn.commit()
+
     async def append_in_one_statement(
         self, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
-    ) -> int | None:
+    ) -> tuple[int, int] | None:
         """The fenced append (``fenced_append.append_and_touch``) as one statement in
-        autocommit, where :meth:`appends_in_one_statement`: the new row id, or ``None`` when
-        the fence refused. The checkout, the statement and the connection's return cross
-        into SQLAlchemy's greenlet once, not four times (``AsyncConnection``'s connect,
-        execute, commit and close each cross): 0.15 ms of an append (bench/RESULTS.md).
-        While no listener watches statements (checked at each call) the statement runs on
-        the pool's DBAPI connection, without SQLAlchemy's ``Connection`` around it."""
+        autocommit, where :meth:`appends_in_one_statement`: ``(id, created_at)`` of the new
+        row as stored, or ``None`` when the fence refused. The checkout, the statement and
+        the connection's return cross into SQLAlchemy's greenlet once, not four times
+        (``AsyncConnection``'s connect, execute, commit and close each cross): 0.15 ms of
+        an append (bench/RESULTS.md). While no listener watches statements (checked at each
+        call) the statement runs on the pool's DBAPI connection, without SQLAlchemy's
+        ``Connection`` around it."""
         stmt, params = fenced_append.one_statement_append(
             self.backend, entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
         )
@@ -197,10 +210,12 @@ class UnitOfWork:
         if not statements_watched(self._single.sync_engine):
             plan = plan_for(self._single.sync_engine, stmt, tuple(params))
             if plan is not None:
-                value = await self._run_direct(plan, params)
-                if value is None and token_delta:
-                    await self._run_statement(checked)
-                return int(value) if value is not None else None
+                row = await self._run_direct(plan, params)
+                if row is None or row[0] is None:
+                    if token_delta:
+                        await self._run_statement(checked)
+                    return None
+                return int(row[0]), int(row[1])
         work = functools.partial(
             fenced_append.run_one_statement,
             statement=stmt,
@@ -219,7 +234,7 @@ class UnitOfWork:
         async with self._locked(self._write_lock), self._pool_slot(), translated_errors():
             return await _not_interrupted(
                 greenlet_spawn(
-                    first_value,
+                    first_row,
                     self._single.sync_engine,
                     plan,
                     params,
@@ -286,7 +301,7 @@ class UnitOfWork:
                 # A statement may be in flight: the driver is cancelling it on the server.
                 # Let that finish, then throw the connection away, both to their end.
                 if self.is_postgres:
-                    await _not_interrupted(_discard_cancelled(conn))
+                    await _not_interrupted(discard_cancelled(conn))
                 raise
             except BaseException as exc:
                 if leaves_connection_in_doubt(exc):
@@ -355,21 +370,6 @@ async def _not_interrupted(statement: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-async def _discard_cancelled(conn: AsyncConnection) -> None:
-    """Invalidate ``conn`` after a cancellation, once the driver's own clean-up of the
-    interrupted statement (asyncpg sends the server a cancel request on a connection of its
-    own) has run: closing the connection under it leaves that request's futures holding
-    errors no one retrieves."""
-    sync = conn.sync_connection
-    if sync is None or sync.invalidated:
-        return  # SQLAlchemy threw it away itself (the cancellation met a statement)
-    driver = sync.connection.driver_connection
-    pending = getattr(driver, "_cancellations", None)  # asyncpg's cancel requests in flight
-    if pending:
-        await asyncio.gather(*list(pending), return_exceptions=True)
-    await conn.invalidate()
-
-
 def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
     """In SQLAlchemy's greenlet: check a connection out, run ``work`` on it, commit (the
     statement committed itself in autocommit; this ends SQLAlchemy's own transaction
@@ -387,17 +387,3 @@ def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
                 conn.invalidate()
             raise
         return result
-
-
-def _pool_slots(engine: AsyncEngine) -> tuple[asyncio.Semaphore | None, float]:
-    """A semaphore of the pool's capacity, and the pool's timeout, for a bounded pool
-    (PostgreSQL's, a SQLite file's); ``None`` for a pool that never makes a checkout wait
-    (the one connection of ``:memory:``, ``NullPool``, an unbounded overflow)."""
-    pool = engine.pool
-    size, overflow = getattr(pool, "size", None), getattr(pool, "_max_overflow", -1)
-    timeout = getattr(pool, "timeout", None)
-    if not callable(size) or not isinstance(overflow, int) or overflow < 0:
-        return None, 0.0
-    capacity = size() + overflow
-    seconds = timeout() if callable(timeout) else 30.0
-    return asyncio.Semaphore(capacity), float(seconds)

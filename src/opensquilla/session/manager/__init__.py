@@ -3,7 +3,8 @@
 Each method is one use case from ``usecases/``, which opens the unit of work it needs; the
 manager holds the wiring (storage, the generation cache, the summariser, the append
 options) and no logic of its own. It never writes SQL. Its transcript calls are in
-``transcript.py`` (:class:`TranscriptCalls`), its search calls in ``search.py``
+``transcript.py`` (:class:`TranscriptCalls`), its batch and removal calls in ``batches.py``
+(:class:`BatchCalls`), its search calls in ``search.py``
 (:class:`SearchCalls`), its reset-archive calls in ``archives.py`` (:class:`ArchiveCalls`),
 its prepared intents in ``prepared.py`` (:class:`PreparedCalls`), its context-state calls in
 ``context_states.py`` (:class:`ContextStateCalls`), its session calls (lifecycle, listing,
@@ -24,6 +25,7 @@ from ..usecases.lifecycle import Lifecycle
 from ..usecases.reset import Resets
 from ..usecases.transcript import MemorySyncNotify, Transcripts
 from .archives import ArchiveCalls
+from .batches import BatchCalls
 from .branching import BranchCalls
 from .compaction import CompactionCalls
 from .context_states import ContextStateCalls
@@ -44,6 +46,7 @@ from .transcript import TranscriptCalls
 class SessionManager(
     SessionCalls,
     TranscriptCalls,
+    BatchCalls,
     BranchCalls,
     SearchCalls,
     ArchiveCalls,

@@ -11,9 +11,10 @@ format follow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -101,6 +102,15 @@ class AppendFields(TypedDict, total=False):
     turn_context: dict[str, Any] | None
     message_id: str | None
     assistant_message_id: str | None
+    metadata: dict[str, Any] | None
+
+
+class MessageInput(AppendFields, total=False):
+    """One message of a batch (``append_messages``): ``role`` (required), ``content``
+    (``None`` when absent) and the keyword fields of an append (:class:`AppendFields`)."""
+
+    role: Required[str]
+    content: NotRequired[str | None]
 
 
 PROVENANCE_KEYS = (
@@ -131,6 +141,7 @@ class _CheckedMessage(BaseModel):
     provenance_source_session_key: LineageKey | None = None
     provenance_source_channel: Identifier | None = None
     provenance_source_tool: Identifier | None = None
+    metadata: JSONObject | None = None
 
 
 _VALIDATE_CHECKED = _CheckedMessage.__pydantic_validator__.validate_python
@@ -161,12 +172,17 @@ class CheckedMessage:
     token_delta: int
 
 
+# Kept for the assistant role only: any other role given one is refused, never emptied.
+ASSISTANT_ONLY = ("reasoning_content", "turn_usage")
+
+
 def check_message(role: object, content: object, fields: AppendFields) -> CheckedMessage:
     """The front door's one check of an append's fields (each field checked once), as the
     entry's message values but its owner, ``message_id`` (``None``: a new random one) and
-    ``created_at``: ``reasoning_content`` and ``turn_usage`` kept for the assistant role
-    only. Trusted below: the entry is built from them without validating again
-    (:func:`trusted_entry`)."""
+    ``created_at``. ``reasoning_content`` and ``turn_usage`` belong to the assistant role:
+    given (not ``None``) for another role they are refused (``InvalidInputError`` naming
+    the field), never silently dropped. Trusted below: the entry is built from them
+    without validating again (:func:`trusted_entry`)."""
     check_text("role", role, identifier=True, non_empty=True)
     check_optional_text("content", content)
     token_count = fields.get("token_count")
@@ -180,14 +196,22 @@ def check_message(role: object, content: object, fields: AppendFields) -> Checke
     )
     provenance = fields.get("provenance")
     origin = _NO_PROVENANCE if provenance is None else provenance_values(provenance)
-    assistant = role == "assistant"
+    if role != "assistant":
+        for name in ASSISTANT_ONLY:
+            if fields.get(name) is not None:
+                raise InvalidInputError(
+                    f"{name} is kept for the assistant role only, and this message's role "
+                    f"is {describe_role(role)}: pass {name}=None (or put the value in "
+                    "metadata); nothing was written"
+                )
     values: dict[str, Any] = {
         "tool_calls": fields.get("tool_calls"),
         "tool_call_id": fields.get("tool_call_id"),
-        "reasoning_content": fields.get("reasoning_content") if assistant else None,
-        "turn_usage": fields.get("turn_usage") if assistant else None,
+        "reasoning_content": fields.get("reasoning_content"),
+        "turn_usage": fields.get("turn_usage"),
         "turn_context": fields.get("turn_context"),
         **origin,
+        "metadata": fields.get("metadata"),
     }
     if any(value is not None for value in values.values()):
         try:
@@ -202,6 +226,48 @@ def check_message(role: object, content: object, fields: AppendFields) -> Checke
     # (whatever the role; usage is then accounted elsewhere).
     delta = token_count if token_count and fields.get("turn_usage") is None else 0
     return CheckedMessage(values, delta)
+
+
+def describe_role(role: object) -> str:
+    """A role for a message: short ones quoted, long ones by their length."""
+    shown = str(role)
+    return repr(shown) if len(shown) <= 40 else f"a str of {len(shown)} characters"
+
+
+_MESSAGE_KEYS = frozenset({"role", "content", *AppendFields.__optional_keys__})
+
+
+def check_messages(messages: object) -> list[CheckedMessage]:
+    """The front door's one check of a batch (``append_messages``): a list (or tuple) of
+    mappings (:class:`MessageInput`), each checked as :func:`check_message` checks an
+    append. The first bad message is refused whole, its index and field named
+    (``messages[2]: ...``); nothing is written then."""
+    if not isinstance(messages, list | tuple):
+        raise InvalidInputError(
+            f"messages must be a list of message mappings, not {type(messages).__name__}; "
+            "nothing was written"
+        )
+    checked: list[CheckedMessage] = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, Mapping):
+            raise InvalidInputError(
+                f"{where} must be a mapping with 'role' and 'content', not "
+                f"{type(message).__name__}; nothing was written"
+            )
+        unknown = [key for key in message if key not in _MESSAGE_KEYS]
+        if unknown:
+            shown = ", ".join(sorted(repr(str(key)[:40]) for key in unknown))
+            raise InvalidInputError(f"{where}: unknown field(s) {shown}; nothing was written")
+        if "role" not in message:
+            raise InvalidInputError(f"{where}: 'role' is required; nothing was written")
+        fields = {key: value for key, value in message.items() if key not in ("role", "content")}
+        try:
+            checked.append(check_message(message["role"], message.get("content"), fields))  # type: ignore[arg-type]
+        except InvalidInputError as exc:
+            text = str(exc).removesuffix("; nothing was written")
+            raise InvalidInputError(f"{where}: {text}; nothing was written") from exc
+    return checked
 
 
 _ENTRY_FIELDS = tuple(TranscriptEntry.model_fields)
@@ -219,7 +285,36 @@ def trusted_entry(session_id: str, session_key: str, values: Mapping[str, Any]) 
         row["message_id"] = new_message_id()
     row["created_at"] = now_ms()
     row["schema_version"] = 1
-    return TranscriptEntry.from_row(row)
+    entry = TranscriptEntry.from_row(row)
+    # Defaulted, not the caller's: the append raises it to the generation's order floor
+    # (docs/semantics.md#order). ``from_row`` gave this one record a set of its own.
+    entry.__pydantic_fields_set__.discard("created_at")
+    return entry
+
+
+def defaulted_created_at(entry: TranscriptEntry) -> bool:
+    """Whether ``entry.created_at`` is the model's default (the caller gave none): such a
+    timestamp is raised to the newest live ``created_at`` of the generation when written."""
+    return "created_at" not in entry.model_fields_set
+
+
+_JSON_FIELDS = ("tool_calls", "turn_usage", "turn_context", "metadata")
+
+
+def first_unencodable(entries: Sequence[TranscriptEntry]) -> int | None:
+    """The index of the first entry whose JSON fields are not strict JSON text (NaN, an
+    infinity, a lone surrogate, a value ``json`` cannot encode): what a batch refused at
+    its encoding names (the error path only)."""
+    for index, entry in enumerate(entries):
+        for name in _JSON_FIELDS:
+            value = getattr(entry, name)
+            if value is None:
+                continue
+            try:
+                json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            except (TypeError, ValueError, RecursionError):
+                return index
+    return None
 
 
 class PrepareFields(AppendFields, total=False):

@@ -33,6 +33,7 @@ LATENCY_KINDS: Final[Mapping[str, str]] = {
     **dict.fromkeys(
         (
             "append_message",
+            "append_messages",
             "inject_message",
             "append_transcript_entry",
             "append_message_entry",

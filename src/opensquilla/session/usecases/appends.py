@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from ..db.uow import Transaction, UnitOfWork
 from ..errors import StaleEpochError
-from ..models import TranscriptEntry
+from ..models import SessionNode, TranscriptEntry
 
 
 async def append_entry(
@@ -22,24 +22,47 @@ async def append_entry(
     """The fence (key, epoch, session id), the insert and the session touch (``updated_at``,
     ``total_tokens + delta``) commit together or not at all: one statement in autocommit
     where the database takes it (``uow.appends_in_one_statement``), else three in one write
-    transaction. ``entry.id`` is set; ``StaleEpochError`` when the fence refused."""
+    transaction. ``entry.id`` and ``entry.created_at`` (as stored: a defaulted one raised to
+    the generation's newest live one, docs/semantics.md#order) are set;
+    ``StaleEpochError`` when the fence refused."""
     if await uow.appends_in_one_statement():
-        new_id = await uow.append_in_one_statement(
-            entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
-        )
-        if new_id is None:
-            # The error path only: a second unit tells the epoch from the generation.
-            async with uow.read() as tx:
-                await raise_stale(tx, entry, expected_epoch)
-    else:
-        async with uow.write() as tx:
-            new_id = await tx.transcript.append_and_touch(
+        for _ in range(CONTENDED_TRIES):
+            placed = await uow.append_in_one_statement(
                 entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
             )
-            if new_id is None:
+            if placed is not None:
+                break
+            # The error path only: a second unit tells the epoch from the generation, and
+            # both from a session row that changed while the statement waited for it
+            # (PostgreSQL: its order floor was read before; run it again).
+            async with uow.read() as tx:
+                node = await tx.sessions.get(entry.session_key)
+                if not same_generation(node, entry, expected_epoch):
+                    await raise_stale(tx, entry, expected_epoch)
+        else:
+            raise StaleEpochError(
+                f"append to {entry.session_key} found its session row changed by another "
+                f"writer on each of {CONTENDED_TRIES} tries; nothing was written"
+            )
+    else:
+        async with uow.write() as tx:
+            placed = await tx.transcript.append_and_touch(
+                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+            )
+            if placed is None:
                 await raise_stale(tx, entry, expected_epoch)
-    entry.id = new_id
+    # As stored: a defaulted created_at may have been raised to the order floor.
+    entry.id, entry.__dict__["created_at"] = placed
     return entry
+
+
+# How often a one-statement append runs again when the session row changed while it waited.
+CONTENDED_TRIES = 1000
+
+
+def same_generation(node: SessionNode | None, entry: TranscriptEntry, expected_epoch: int) -> bool:
+    """Whether ``node`` is still the generation ``entry`` was fenced to."""
+    return node is not None and node.epoch == expected_epoch and node.session_id == entry.session_id
 
 
 async def upsert_entry(
@@ -68,7 +91,7 @@ async def insert_entry(
     async with uow.write() as tx:
         if expected_epoch is None:
             await tx.sessions.check_row_generation(entry.session_id, entry.session_key)
-            entry.id = await tx.transcript.insert(entry)
+            entry.id = await tx.transcript.insert_floored(entry)
             return entry
         new_id = await tx.transcript.insert_fenced(entry, expected_epoch)
         if new_id is None:

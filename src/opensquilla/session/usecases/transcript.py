@@ -58,6 +58,11 @@ class Transcripts:
             raise ConfigurationError(f"time_prefix_tz {problem}")
         self._time_prefix_tz = time_prefix_tz
 
+    @property
+    def generations(self) -> GenerationCache:
+        """The per-key cache of the generation last seen."""
+        return self._generations
+
     def entry(
         self, session_id: str, key: CanonicalKey, values: Mapping[str, Any]
     ) -> TranscriptEntry:
@@ -121,6 +126,13 @@ class Transcripts:
         if self._memory_sync_notify is None:
             return
         size = len((entry.content or "").encode("utf-8"))
+        await self.notify_memory_sync_size(entry.session_key, size, "append_message")
+
+    async def notify_memory_sync_size(self, key: str, size: int, operation: str) -> None:
+        """Tell the memory-sync callback that ``size`` bytes of content were written to
+        ``key`` (once per append, once per batch); its failure is logged."""
+        if self._memory_sync_notify is None:
+            return
         try:
             result = self._memory_sync_notify(size)
             if inspect.isawaitable(result):
@@ -128,9 +140,9 @@ class Transcripts:
         except Exception:
             log.warning(
                 "memory sync notification failed for %s",
-                entry.session_key,
+                key,
                 exc_info=True,
-                extra={"session_key": entry.session_key, "operation": "append_message"},
+                extra={"session_key": key, "operation": operation},
             )
 
 

@@ -30,6 +30,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     select,
     table,
     text,
@@ -39,6 +40,7 @@ from sqlalchemy.engine import Connection
 
 from ...errors import InvalidInputError
 from ...models import INT64_MAX, TranscriptEntry
+from ...models.messages import defaulted_created_at
 from ..rows import values_of
 from ..tables import sessions
 from ..tables import transcript_entries as live
@@ -79,18 +81,78 @@ _TOUCH_WITH_TOKENS = (
 )
 
 
-def _insert_from_fence(touch: Update) -> Any:
-    """INSERT fed by the fenced UPDATE as a CTE: Postgres appends in one statement."""
+# PostgreSQL's one-statement appends read the order floor from the statement's snapshot.
+# Should another transaction change the session row (an append's touch) while this one
+# waits for its lock, that snapshot misses its entry: the touch then also requires the row
+# version the snapshot saw (``xmin``, rechecked on the latest version after the wait), so
+# it refuses instead, and the caller runs the statement again on a new snapshot
+# (docs/semantics.md#order; ``contended`` below).
+_SNAPSHOT_ROW = sessions.alias("snapshot_row")
+_UNCHANGED = literal_column("sessions.xmin") == (
+    select(literal_column("snapshot_row.xmin"))
+    .select_from(_SNAPSHOT_ROW)
+    .where(_SNAPSHOT_ROW.c.session_key == bindparam("fence_key"))
+    .scalar_subquery()
+)
+_PG_TOUCH = update(sessions).where(fence() & _UNCHANGED).values(updated_at=bindparam("touched_at"))
+_PG_TOUCH_WITH_TOKENS = (
+    update(sessions)
+    .where(fence() & _UNCHANGED & (sessions.c.total_tokens <= bindparam("tokens_ceiling")))
+    .values(
+        updated_at=bindparam("touched_at"),
+        total_tokens=sessions.c.total_tokens + bindparam("token_delta"),
+        total_tokens_fresh=false(),
+    )
+)
+
+
+def newest_live(session_id: ColumnElement[Any]) -> Any:
+    """The newest live ``created_at`` of a generation (``NULL`` for none), as a scalar
+    subquery: the order floor (docs/semantics.md#order), answered by the cursor index."""
+    return (
+        select(func.max(live.c.created_at)).where(live.c.session_id == session_id).scalar_subquery()
+    )
+
+
+NEWEST_LIVE = select(newest_live(bindparam("floor_session_id")))
+
+
+def floored(dialect: str, created_at: ColumnElement[Any], session_id: ColumnElement[Any]) -> Any:
+    """``created_at`` raised to the generation's newest live one, on ``dialect``."""
+    if dialect == "postgresql":
+        return pg_floored(created_at, session_id)
+    # SQLite's two-argument max() is NULL when either is: an empty generation keeps its own.
+    return func.max(created_at, func.coalesce(newest_live(session_id), created_at))
+
+
+def pg_floored(created_at: ColumnElement[Any], session_id: ColumnElement[Any]) -> Any:
+    """PostgreSQL: ``created_at`` raised to the generation's newest live one (``GREATEST``
+    ignores the ``NULL`` of an empty generation)."""
+    return func.greatest(created_at, newest_live(session_id))
+
+
+def _insert_from_fence(touch: Update, floor: bool) -> Any:
+    """INSERT fed by the fenced UPDATE as a CTE: Postgres appends in one statement; with
+    ``floor`` a defaulted ``created_at`` is raised to the order floor in that statement."""
     fence = touch.returning(sessions.c.session_key).cte("fence")
     # Bind names must not be column names of `sessions`: the UPDATE would take them as SETs.
-    source = select(*(bindparam("v_" + c.name, type_=c.type) for c in INSERT_COLUMNS)).select_from(
-        fence
+    binds = {c.name: bindparam("v_" + c.name, type_=c.type) for c in INSERT_COLUMNS}
+    if floor:
+        binds["created_at"] = pg_floored(binds["created_at"], binds["session_id"])
+    source = select(*binds.values()).select_from(fence)
+    return (
+        live.insert()
+        .from_select([c.name for c in INSERT_COLUMNS], source)
+        .returning(live.c.id, live.c.created_at)
     )
-    return live.insert().from_select([c.name for c in INSERT_COLUMNS], source).returning(live.c.id)
 
 
-_PG_APPEND = _insert_from_fence(_TOUCH)
-_PG_APPEND_WITH_TOKENS = _insert_from_fence(_TOUCH_WITH_TOKENS)
+# (with tokens, floored) -> the statement
+_PG_APPENDS = {
+    (tokens, floor): _insert_from_fence(_PG_TOUCH_WITH_TOKENS if tokens else _PG_TOUCH, floor)
+    for tokens in (False, True)
+    for floor in (False, True)
+}
 
 # SQLite (revision 0008): the view's INSTEAD OF trigger fences, touches and inserts, or
 # raises IGNORE, which abandons the statement and its RETURNING row. So a returned row
@@ -105,7 +167,12 @@ APPENDS_VIEW = table(
     *(column(c.name, c.type) for c in INSERT_COLUMNS),
     *(column(name, BigInteger()) for name in FENCE_COLUMNS),
 )
-_SQLITE_APPEND = insert(APPENDS_VIEW).returning(select(func.max(live.c.id)).scalar_subquery())
+# The new row's ``created_at`` too, as stored (the trigger may have raised it).
+_NEWEST_ID = select(func.max(live.c.id)).scalar_subquery()
+_SQLITE_APPEND = insert(APPENDS_VIEW).returning(
+    _NEWEST_ID,
+    select(live.c.created_at).where(live.c.id == _NEWEST_ID).scalar_subquery(),
+)
 
 # RETURNING came with SQLite 3.35.0; its fixes (one on a view's RETURNING among them) with
 # 3.35.1-3.35.5. An older library (Debian 11, Ubuntu 20.04, RHEL 8 system Pythons) appends
@@ -147,7 +214,7 @@ def append_and_touch(
     now: int,
     token_delta: int,
     one_statement: bool,
-) -> int | None:
+) -> tuple[int, int] | None:
     """The manager's append: epoch fence, insert and session touch, atomically.
 
     Synchronous, for ``AsyncConnection.run_sync``: the hot path then crosses into
@@ -155,7 +222,9 @@ def append_and_touch(
     ``one_statement``: one statement, atomic by itself, for autocommit (Postgres: the
     fenced UPDATE as a CTE feeding the INSERT; SQLite: the insert into the
     ``transcript_appends`` view). SQLite without: the fenced UPDATE, then the INSERT, inside
-    the caller's write transaction. ``None`` when the fence refused.
+    the caller's write transaction, the order floor read in between (under the write
+    lock) when ``created_at`` was defaulted. ``(id, created_at)`` of the new row as stored,
+    or ``None`` when the fence refused.
     """
     if conn.dialect.name == "postgresql" or one_statement:
         stmt, row = one_statement_append(
@@ -179,9 +248,22 @@ def append_and_touch(
         if token_delta:
             _refuse_overflow(conn, params, token_delta)
         return None
+    return insert_floored(conn, entry)
+
+
+def insert_floored(conn: Connection, entry: TranscriptEntry) -> tuple[int, int]:
+    """Insert ``entry`` inside the caller's write transaction, which already holds the
+    session row (the fenced touch came first: SQLite's write lock, PostgreSQL's row lock);
+    a defaulted ``created_at`` is first raised to the generation's newest live one, read
+    in its own statement (on PostgreSQL a new snapshot, so it sees every committed
+    append). ``(id, created_at)`` as stored; ``entry.created_at`` updated."""
+    if defaulted_created_at(entry):
+        newest = conn.execute(NEWEST_LIVE, {"floor_session_id": entry.session_id}).scalar()
+        if newest is not None and newest > entry.created_at:
+            entry.__dict__["created_at"] = int(newest)
     key = conn.execute(INSERT_ENTRY, values_of(entry, live)).inserted_primary_key
     assert key is not None
-    return int(key[0])
+    return int(key[0]), entry.created_at
 
 
 def run_one_statement(
@@ -192,29 +274,36 @@ def run_one_statement(
     entry: TranscriptEntry,
     expected_epoch: int,
     token_delta: int,
-) -> int | None:
-    """The one-statement append built by :func:`one_statement_append`, on ``conn``: the
-    new row id, or ``None`` when the fence refused (an overflow raised)."""
-    value = conn.execute(statement, params).scalar_one_or_none()
-    if value is None and token_delta:
-        check_overflow(conn, entry, expected_epoch, token_delta)
-    return int(value) if value is not None else None
+) -> tuple[int, int] | None:
+    """The one-statement append built by :func:`one_statement_append`, on ``conn``:
+    ``(id, created_at)`` of the new row as stored, or ``None`` when the fence refused (an
+    overflow raised)."""
+    row = conn.execute(statement, params).first()
+    if row is None or row[0] is None:
+        if token_delta:
+            check_overflow(conn, entry, expected_epoch, token_delta)
+        return None
+    return int(row[0]), int(row[1])
 
 
 def one_statement_append(
     dialect: str, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
 ) -> tuple[Any, dict[str, Any]]:
     """The one-statement append and its parameters (by bind name) on ``dialect``: the new
-    row's id as its one returned value, or no row when the fence refused."""
+    row's id and ``created_at`` (as stored) as its returned row, or no row when the fence
+    refused. A defaulted ``created_at`` (the caller gave none) is raised to the
+    generation's newest live one inside the statement (docs/semantics.md#order)."""
+    floor = defaulted_created_at(entry)
     if dialect == "postgresql":
         params = touch_params(entry, expected_epoch, now, token_delta)
         params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
-        return (_PG_APPEND_WITH_TOKENS if token_delta else _PG_APPEND), params
+        return _PG_APPENDS[bool(token_delta), floor], params
     row = values_of(entry, live)
     row["fence_epoch"] = expected_epoch
     row["touched_at"] = now
     row["token_delta"] = token_delta
     row["tokens_ceiling"] = INT64_MAX - token_delta
+    row["order_floor"] = 1 if floor else 0
     return _SQLITE_APPEND, row
 
 
@@ -228,12 +317,13 @@ def check_overflow(
 
 def _refuse_overflow(conn: Connection, params: dict[str, Any], token_delta: int) -> None:
     """After a refused fenced touch: raise when the generation is there but its
-    ``total_tokens`` has no room for ``token_delta``; return when the fence was stale."""
+    ``total_tokens`` has no room for ``token_delta``; return when the fence was stale (or,
+    on PostgreSQL, the row changed while the statement waited for it)."""
     total = conn.execute(
         select(sessions.c.total_tokens).where(fence()),
         {name: params[name] for name in ("fence_key", "fence_epoch", "fence_session_id")},
     ).scalar_one_or_none()
-    if total is None:
+    if total is None or total <= INT64_MAX - token_delta:
         return
     raise InvalidInputError(
         f"appending {token_delta} tokens would take total_tokens of {params['fence_key']} "
@@ -295,6 +385,15 @@ def upsert_and_touch(
     if token_delta and not conn.execute(_TOUCH_WITH_TOKENS, params).rowcount:
         _refuse_overflow(conn, params, token_delta)  # the fence held a moment ago: raises
         return None  # (unreachable while the session row is locked) never insert uncounted
-    key = conn.execute(INSERT_ENTRY, values).inserted_primary_key
-    assert key is not None
-    return int(key[0]), entry.created_at, True
+    new_id, created_at = insert_floored(conn, entry)
+    return new_id, created_at, True
+
+
+def contended(conn: Connection, entry: TranscriptEntry, expected_epoch: int) -> bool:
+    """After a refused one-statement append: whether the generation is still there (key,
+    epoch and session id), so that the fence refused only because the session row changed
+    while the statement waited (PostgreSQL): the caller runs it again."""
+    found = conn.execute(
+        select(sessions.c.session_key).where(fence()), fence_params(entry, expected_epoch)
+    ).first()
+    return found is not None

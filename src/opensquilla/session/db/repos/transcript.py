@@ -42,6 +42,7 @@ from ..tables import transcript_entries as live
 from .fenced_append import (
     INSERT_COLUMNS,
 )
+from .transcript_batches import TranscriptBatches
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 from .transcript_writes import TranscriptWrites
 
@@ -80,7 +81,7 @@ def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     )
 
 
-class TranscriptRepository(TranscriptWrites, TranscriptReads):
+class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads):
     """The live transcript and the compacted archive; bound to one connection, never commits."""
 
     __slots__ = ("conn",)

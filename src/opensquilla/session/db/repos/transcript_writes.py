@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import TranscriptEntry
+from ...models.messages import defaulted_created_at
 from ..rows import values_of
 from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
@@ -21,8 +22,10 @@ from .fenced_append import (
     APPEND_VIEW_EXISTS,
     INSERT_COLUMNS,
     INSERT_ENTRY,
+    NEWEST_LIVE,
     append_and_touch,
     bound_row,
+    floored,
     upsert_and_touch,
 )
 
@@ -39,10 +42,10 @@ class TranscriptWrites:
         expected_epoch: int,
         now: int,
         token_delta: int,
-    ) -> int | None:
+    ) -> tuple[int, int] | None:
         """The manager's append in three statements, inside the caller's write transaction
         (see ``append_and_touch``; the one-statement append is ``uow.append_in_one_statement``):
-        the new row id, or ``None`` when the fence refused."""
+        ``(id, created_at)`` of the new row as stored, or ``None`` when the fence refused."""
         return await self.conn.run_sync(
             append_and_touch,
             entry,
@@ -62,14 +65,38 @@ class TranscriptWrites:
         assert key is not None
         return int(key[0])
 
+    async def insert_floored(self, entry: TranscriptEntry) -> int:
+        """:meth:`insert` of a caller's entry: a defaulted ``created_at`` (the caller gave
+        none) raised first to the generation's newest live one (docs/semantics.md#order),
+        ``entry.created_at`` updated. Inside a write transaction (SQLite: under the write
+        lock)."""
+        if defaulted_created_at(entry):
+            newest = (
+                await self.conn.execute(NEWEST_LIVE, {"floor_session_id": entry.session_id})
+            ).scalar()
+            if newest is not None and newest > entry.created_at:
+                entry.__dict__["created_at"] = int(newest)
+        return await self.insert(entry)
+
     async def insert_fenced(self, entry: TranscriptEntry, expected_epoch: int) -> int | None:
-        """Insert only while ``sessions`` holds this generation at exactly this epoch.
+        """Insert only while ``sessions`` holds this generation at exactly this epoch; a
+        defaulted ``created_at`` raised to the generation's newest live one in the
+        statement (``entry.created_at`` set to the value stored).
 
         On Postgres the session row is read ``FOR SHARE``: a reset holding it makes this wait,
         then see the new epoch and insert nothing.
         """
+        row = bound_row(entry)
+        if defaulted_created_at(entry):
+            at = next(i for i, c in enumerate(INSERT_COLUMNS) if c.name == "created_at")
+            given = literal(entry.created_at, type_=live.c.created_at.type)
+            row[at] = floored(
+                self.conn.dialect.name,
+                given,
+                literal(entry.session_id, type_=live.c.session_id.type),
+            ).label("created_at")
         source = (
-            select(*bound_row(entry))
+            select(*row)
             .where(
                 sessions.c.session_key == entry.session_key,
                 sessions.c.epoch == expected_epoch,
@@ -78,8 +105,12 @@ class TranscriptWrites:
             .with_for_update(read=True, of=sessions)
         )
         stmt = live.insert().from_select([c.name for c in INSERT_COLUMNS], source)
-        value = (await self.conn.execute(stmt.returning(live.c.id))).scalar_one_or_none()
-        return int(value) if value is not None else None
+        stmt = stmt.returning(live.c.id, live.c.created_at)
+        placed = (await self.conn.execute(stmt)).first()
+        if placed is None:
+            return None
+        entry.__dict__["created_at"] = int(placed[1])
+        return int(placed[0])
 
     async def insert_many(self, entries: Sequence[TranscriptEntry]) -> None:
         """Insert in order; each entry gets its id."""

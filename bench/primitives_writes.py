@@ -1,0 +1,86 @@
+"""The framework primitives' writes (issue 28): one append, a batch of 10, a pop.
+
+    python bench/primitives_writes.py --backend sqlite|postgres [-n 300]
+
+Each round calls one ``append_message``, one ``append_messages`` of 10 and one
+``pop_message`` in turn (``common.interleaved_p50``: a load that comes and goes hits them
+alike), on one warm store whose session keeps about 1,000 live entries (each round adds 11
+and pops 1, after a prefill). The targets: ``append_messages`` of 10 p50 <= 2x one
+append, ``pop_message`` p50 <= 1.2x one append.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from common import MESSAGE, bulk_fill, fresh_target, interleaved_p50
+
+from opensquilla.session import SessionManager, SessionStorage
+
+KEY = "agent:main:primitives"
+
+
+async def run(backend: str, n: int) -> dict[str, float]:
+    """p50 milliseconds of one append, an append_messages of 10 and a pop, and the ratios."""
+    async with fresh_target(backend) as target:
+        storage = SessionStorage(target)
+        await storage.connect()
+        manager = SessionManager(storage, inject_time_prefix=False)
+        try:
+            node = await manager.create(KEY)
+            await bulk_fill(storage, KEY, node.session_id, 1000)
+            batch: list[Any] = [
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": MESSAGE,
+                    "token_count": 50,
+                }
+                for i in range(10)
+            ]
+
+            async def one() -> None:
+                await manager.append_message(KEY, "user", MESSAGE, token_count=50)
+
+            async def ten() -> None:
+                await manager.append_messages(KEY, batch)
+
+            async def pop() -> None:
+                await manager.pop_message(KEY)
+
+            calls: dict[str, Callable[[], Awaitable[Any]]] = {
+                "append_message": one,
+                "append_messages_10": ten,
+                "pop_message": pop,
+            }
+            await interleaved_p50(calls, min(30, n))  # warm: statement caches, the pool
+            figures = await interleaved_p50(calls, n)
+        finally:
+            await storage.close()
+    one_ms = figures["append_message"]
+    return {
+        "append_message_p50_ms": one_ms,
+        "append_messages_10_p50_ms": figures["append_messages_10"],
+        "pop_message_p50_ms": figures["pop_message"],
+        "append_messages_10_over_append": figures["append_messages_10"] / one_ms,
+        "pop_over_append": figures["pop_message"] / one_ms,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("-n", type=int, default=300)
+    args = parser.parse_args()
+    backend = "postgresql" if args.backend == "postgres" else "sqlite"
+    result = asyncio.run(run(backend, args.n))
+    for name, value in result.items():
+        print(f"{name:34} {value:8.3f}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

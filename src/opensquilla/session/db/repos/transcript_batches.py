@@ -1,0 +1,291 @@
+"""Many rows at once and one row out (issue 28): the batch append, the pop of the newest
+live row, the delete by row id (docs/messages.md). Mixed into
+:class:`.transcript.TranscriptRepository`, whose connection it uses.
+
+The batch is a bounded number of statements whatever its size: one fenced touch of the
+session row (the whole batch's token delta, under the ``INT64`` ceiling), then one
+multi-row INSERT per :data:`CHUNK_ROWS` rows returning ``(id, created_at)``, each row's
+defaulted ``created_at`` raised to the generation's newest live one inside the INSERT. On
+PostgreSQL the touch is a CTE of the first INSERT (one statement for a batch of up to
+:data:`CHUNK_ROWS`); its row lock holds off every other append, batch and pop of the
+session until the commit, so two batches never interleave.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Insert,
+    bindparam,
+    delete,
+    exists,
+    insert,
+    literal_column,
+    select,
+    true,
+    union_all,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ...models import TranscriptEntry
+from ..rows import read_columns, to_models
+from ..tables import sessions
+from ..tables import transcript_entries as live
+from .fenced_append import (
+    _PG_TOUCH,
+    _PG_TOUCH_WITH_TOKENS,
+    _TOUCH,
+    _TOUCH_WITH_TOKENS,
+    INSERT_COLUMNS,
+    NEWEST_LIVE,
+    _refuse_overflow,
+    contended,
+    floored,
+    touch_params,
+)
+
+# Rows per INSERT: far below PostgreSQL's 32,767 bind parameters and SQLite's 32,766 (an
+# SQLite before 3.32 allows 999 per statement).
+CHUNK_ROWS = 500 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999 // len(INSERT_COLUMNS)
+_NAMES = [c.name for c in INSERT_COLUMNS]
+CONTENDED_TRIES = 1000
+
+
+def _bind(row: int, name: str) -> Any:
+    return bindparam(f"r{row}_{name}", type_=live.c[name].type)
+
+
+def _given_rows(rows: int) -> Any:
+    """The batch's values as a derived table ``v`` (``ord``, then the row's columns): a
+    UNION ALL of one-row SELECTs of bound parameters, one statement shape per size."""
+    selects = [
+        select(literal_column(str(n)).label("ord"), *(_bind(n, c).label(c) for c in _NAMES))
+        for n in range(rows)
+    ]
+    return (union_all(*selects) if rows > 1 else selects[0]).subquery("v")
+
+
+@functools.lru_cache(maxsize=64)
+def _batch(dialect: str, rows: int, *, tokens: bool, touch: bool, floor: bool) -> Insert:
+    """``rows`` rows inserted in order (``ord``), each ``created_at`` floored (``floor``)
+    to the generation's newest live one. PostgreSQL: fed by the fenced touch as a CTE
+    (``touch``; a later chunk of a batch, whose first chunk holds the session row, by the
+    session row itself). SQLite: the caller touched the session row first."""
+    given = _given_rows(rows)
+    columns = [given.c[name] for name in _NAMES]
+    if floor:
+        at = _NAMES.index("created_at")
+        columns[at] = floored(dialect, given.c.created_at, bindparam("fence_session_id")).label(
+            "created_at"
+        )
+    source: Any = select(*columns)
+    if dialect == "postgresql":
+        if touch:
+            fence: Any = (
+                (_PG_TOUCH_WITH_TOKENS if tokens else _PG_TOUCH)
+                .returning(sessions.c.session_key)
+                .cte("fence")
+            )
+        else:
+            fence = (
+                select(sessions.c.session_key)
+                .where(sessions.c.session_key == bindparam("fence_key"))
+                .cte("fence")
+            )
+        source = source.select_from(given.join(fence, true()))
+    else:
+        source = source.select_from(given)
+    stmt = insert(live).from_select(_NAMES, source.order_by(given.c.ord))
+    return stmt.returning(live.c.id, live.c.created_at) if floor else stmt
+
+
+def _row_params(entries: Sequence[TranscriptEntry]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for n, entry in enumerate(entries):
+        data = entry.__dict__
+        for name in _NAMES:
+            params[f"r{n}_{name}"] = data[name]
+    return params
+
+
+def append_batch(
+    conn: Connection,
+    entries: Sequence[TranscriptEntry],
+    *,
+    expected_epoch: int,
+    now: int,
+    token_delta: int,
+    returning: bool,
+) -> list[tuple[int, int]] | None:
+    """Synchronous, for ``AsyncConnection.run_sync`` inside the caller's write transaction:
+    the fenced touch of the generation (``updated_at``, ``total_tokens + token_delta``)
+    and ``entries`` inserted in order, their defaulted ``created_at`` floored to the
+    generation's newest live one (docs/semantics.md#order). ``(id, created_at)`` per entry
+    in order, or ``None`` when the fence refused (an overflow raised). ``returning``:
+    SQLite's RETURNING (3.35+); without, the floor is read first and the ids follow from
+    the last one (AUTOINCREMENT under the write lock: consecutive)."""
+    first = entries[0]
+    params = touch_params(first, expected_epoch, now, token_delta)
+    chunks = [entries[at : at + CHUNK_ROWS] for at in range(0, len(entries), CHUNK_ROWS)]
+    placed: list[tuple[int, int]] = []
+    if conn.dialect.name == "postgresql":
+        for index, chunk in enumerate(chunks):
+            stmt = _batch(
+                "postgresql", len(chunk), tokens=bool(token_delta), touch=index == 0, floor=True
+            )
+            bound = {**params, **_row_params(chunk)}
+            for _ in range(CONTENDED_TRIES):
+                rows = conn.execute(stmt, bound).all()
+                if rows:
+                    break
+                if token_delta:
+                    _refuse_overflow(conn, params, token_delta)
+                if not contended(conn, first, expected_epoch):
+                    return None
+                # The session row changed while the statement waited for it: the order
+                # floor it read is old. Again, on a new snapshot (READ COMMITTED).
+            else:
+                return None
+            placed += sorted((int(r[0]), int(r[1])) for r in rows)
+        return placed
+    touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
+    if not conn.execute(touch, params).rowcount:
+        if token_delta:
+            _refuse_overflow(conn, params, token_delta)
+        return None
+    for chunk in chunks:
+        if returning:
+            bound = {"fence_session_id": first.session_id, **_row_params(chunk)}
+            stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=True)
+            rows = conn.execute(stmt, bound).all()
+            placed += sorted((int(r[0]), int(r[1])) for r in rows)
+            continue
+        newest = conn.execute(NEWEST_LIVE, {"floor_session_id": first.session_id}).scalar()
+        floor = int(newest) if newest is not None else None
+        at = [max(e.created_at, floor) if floor is not None else e.created_at for e in chunk]
+        values = _row_params(chunk)
+        for n, created_at in enumerate(at):
+            values[f"r{n}_created_at"] = created_at
+        stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=False)
+        last = conn.execute(stmt, values).lastrowid
+        assert last is not None
+        placed += list(zip(range(last - len(chunk) + 1, last + 1), at, strict=True))
+    return placed
+
+
+# -- one row out ---------------------------------------------------------------------------
+
+
+def _current_generation(dialect: str) -> Any:
+    """The session id of ``:row_key``'s row (its current generation), as a subquery; on
+    PostgreSQL read ``FOR SHARE``: a reset or an append holding the row is waited for."""
+    query = select(sessions.c.session_id).where(sessions.c.session_key == bindparam("row_key"))
+    if dialect == "postgresql":
+        query = query.with_for_update(read=True)
+    return query.scalar_subquery()
+
+
+def _newest_id(dialect: str) -> Any:
+    return (
+        select(live.c.id)
+        .where(live.c.session_id == _current_generation(dialect))
+        .order_by(live.c.created_at.desc(), live.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+@functools.cache
+def _pop(dialect: str) -> Any:
+    return (
+        delete(live).where(live.c.id == _newest_id(dialect)).returning(*read_columns(live, dialect))
+    )
+
+
+@functools.cache
+def _newest_row(dialect: str) -> Any:
+    return select(*read_columns(live, dialect)).where(live.c.id == _newest_id(dialect))
+
+
+@functools.cache
+def _delete_by_id(dialect: str) -> Any:
+    return delete(live).where(
+        live.c.id == bindparam("row_id"), live.c.session_id == _current_generation(dialect)
+    )
+
+
+@functools.cache
+def _any_live(dialect: str) -> Any:
+    return select(exists().where(live.c.session_id == _current_generation(dialect)))
+
+
+class TranscriptBatches:
+    """The batch append, the pop and the delete by row id."""
+
+    conn: AsyncConnection
+
+    async def append_batch(
+        self,
+        entries: Sequence[TranscriptEntry],
+        *,
+        expected_epoch: int,
+        now: int,
+        token_delta: int,
+        returning: bool,
+    ) -> list[tuple[int, int]] | None:
+        """:func:`append_batch` on this connection (one crossing into the greenlet)."""
+        return await self.conn.run_sync(
+            append_batch,
+            entries,
+            expected_epoch=expected_epoch,
+            now=now,
+            token_delta=token_delta,
+            returning=returning,
+        )
+
+    async def live_message_ids(self, session_id: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` a live row of ``session_id`` carries."""
+        found: set[str] = set()
+        for at in range(0, len(message_ids), CHUNK_ROWS):
+            query = select(live.c.message_id).where(
+                live.c.session_id == session_id,
+                live.c.message_id.in_(message_ids[at : at + CHUNK_ROWS]),
+            )
+            found.update((await self.conn.execute(query)).scalars())
+        return found
+
+    async def pop_newest(self, key: str) -> TranscriptEntry | None:
+        """Delete the newest live row (``created_at``, then id) of ``key``'s current
+        generation and return it, in one statement; ``None`` when none was deleted (no
+        row, no session, or a concurrent pop took the row this one chose: see
+        :meth:`has_live`)."""
+        dialect = self.conn.dialect.name
+        result = await self.conn.execute(_pop(dialect), {"row_key": key})
+        rows = to_models(TranscriptEntry, dialect, result)
+        return rows[0] if rows else None
+
+    async def newest_live_row(self, key: str) -> TranscriptEntry | None:
+        """The row :meth:`pop_newest` would delete (for SQLite without RETURNING)."""
+        dialect = self.conn.dialect.name
+        result = await self.conn.execute(_newest_row(dialect), {"row_key": key})
+        rows = to_models(TranscriptEntry, dialect, result)
+        return rows[0] if rows else None
+
+    async def delete_live_row(self, key: str, row_id: int) -> bool:
+        """Delete the live row ``row_id`` if it belongs to ``key``'s current generation."""
+        dialect = self.conn.dialect.name
+        result = await self.conn.execute(_delete_by_id(dialect), {"row_key": key, "row_id": row_id})
+        return bool(result.rowcount)
+
+    async def has_live(self, key: str) -> bool:
+        """Whether ``key``'s current generation has a live row (read now)."""
+        dialect = self.conn.dialect.name
+        return bool((await self.conn.execute(_any_live(dialect), {"row_key": key})).scalar())
+
+
+__all__ = ["CHUNK_ROWS", "TranscriptBatches", "append_batch"]
