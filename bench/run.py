@@ -31,6 +31,7 @@ import floors
 import ours
 import primitives_listing
 import primitives_usage
+import primitives_writes
 import processes
 import search
 from common import fresh_target
@@ -147,6 +148,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     results["writers_8_vs_1"] = eight / one
     results.update(await search.run(backend, plan))
     # Issue 28's framework primitives, beside the rows above (same run, same machine).
+    results.update(await primitives_writes.run(backend, 60 if args.quick else 600))
     results.update(await primitives_usage.run(backend, 40 if args.quick else 400))
     if not args.quick:  # the 100k-session store takes a while to fill
         results.update(await primitives_listing.run(backend))
