@@ -115,9 +115,10 @@ def statements(storage: SessionStorage) -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def on_statement(
-    storage: SessionStorage, marker: str, action: Callable[[], None]
+    storage: SessionStorage, marker: str, action: Callable[[], None], *, when: str = "after"
 ) -> Iterator[None]:
-    """Run ``action`` after the first statement containing ``marker`` ran on ``storage``."""
+    """Run ``action`` after (``when="before"``: just before) the first statement containing
+    ``marker`` on ``storage``."""
     done = False
 
     def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -127,8 +128,9 @@ def on_statement(
             action()
 
     engine = storage.engine.sync_engine
-    event.listen(engine, "after_cursor_execute", after)
+    name = f"{when}_cursor_execute"
+    event.listen(engine, name, after)
     try:
         yield
     finally:
-        event.remove(engine, "after_cursor_execute", after)
+        event.remove(engine, name, after)

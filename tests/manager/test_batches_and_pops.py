@@ -202,8 +202,9 @@ async def test_message_ids_name_new_entries_only(
 async def test_a_failure_inside_the_transaction_leaves_nothing(
     manager: SessionManager, storage: SessionStorage, one_statement: bool
 ) -> None:
-    """The fence already touched the session row (SQLite), or the batch's statement is
-    under way (PostgreSQL): an error there rolls all of it back."""
+    """The INSERT fails as it is sent: on SQLite the fence already touched the session row
+    in the transaction, and that is rolled back too; on PostgreSQL the one statement never
+    ran. (A later chunk failing inside the transaction: the chunk test below.)"""
     await manager.create(KEY)
     await manager.append_message(KEY, "user", "kept", token_count=1)
     before = await table_snapshot(storage)
@@ -212,7 +213,7 @@ async def test_a_failure_inside_the_transaction_leaves_nothing(
         raise RuntimeError("injected")
 
     with (
-        on_statement(storage, "INSERT INTO transcript_entries", fail),
+        on_statement(storage, "INSERT INTO transcript_entries", fail, when="before"),
         pytest.raises(RuntimeError, match="injected"),
     ):
         await manager.append_messages(KEY, _messages(10))

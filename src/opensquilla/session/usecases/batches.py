@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from time import monotonic
 
-from ..db.repos import fenced_append
+from ..db.repos import fenced_append, transcript_batches
 from ..db.uow import UnitOfWork
 from ..errors import InvalidInputError, StaleEpochError
 from ..keys import CanonicalKey
@@ -95,8 +95,13 @@ async def _write(
 ) -> None:
     returning = _returning(uow)
     first = entries[0]
+    # PostgreSQL: a batch of one chunk is one statement (the fenced touch feeding the
+    # INSERT), atomic on its own: run in autocommit, no BEGIN/COMMIT round trips (a
+    # cancellation while it runs cancels it on the server). Longer ones, and SQLite's two
+    # statements, in one write transaction.
+    alone = uow.is_postgres and len(entries) <= transcript_batches.CHUNK_ROWS
     try:
-        async with uow.write() as tx:
+        async with uow.one_statement() if alone else uow.write() as tx:
             if ids:
                 taken = await tx.transcript.live_message_ids(first.session_id, ids)
                 if taken:
