@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.event.base import _JoinedDispatcher
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -67,21 +68,49 @@ def statements_watched(engine: Engine) -> bool:
     """Whether something watches ``engine``'s statements: a listener on one of the
     statement events (on the engine, its parent engine, or the ``Engine`` class), one
     other than the store's own on ``begin``, ``engine_connect`` or ``rollback``, or
-    statement logging (``echo``, or the ``sqlalchemy.engine`` logger at INFO)."""
-    dispatch = engine.dispatch
-    for name in CONNECTION_EVENTS:
-        if getattr(dispatch, name):
-            return True
+    statement logging (``echo``, or the ``sqlalchemy.engine`` logger at INFO).
+
+    Checked at every append, so it reads the listener collections themselves: an engine
+    view's (``execution_options``) own and its parents', each of which also holds the
+    class-level listeners of its engine class. Through the view's joined dispatch each
+    lookup builds and walks a joined collection, which cost more than the rest of this
+    check (bench/RESULTS.md, 2026-12-02)."""
+    own = _OWN_LISTENERS
+    for dispatch in _plain_dispatches(engine):
+        for name in CONNECTION_EVENTS:
+            if getattr(dispatch, name):
+                return True
+        for name in QUIET_EVENTS:
+            listeners = getattr(dispatch, name)
+            if listeners:
+                for fn in listeners:
+                    if fn not in own:
+                        return True
     dialect_dispatch = engine.dialect.dispatch
     for name in DIALECT_EVENTS:
         if getattr(dialect_dispatch, name):
             return True
-    own = _OWN_LISTENERS
-    for name in QUIET_EVENTS:
-        for fn in getattr(dispatch, name):
-            if fn not in own:
-                return True
     return engine.logger.isEnabledFor(logging.INFO)  # what Engine._should_log_info() checks
+
+
+# Per engine (a view of another included): its own dispatch and its parents', each plain.
+_DISPATCHES: weakref.WeakKeyDictionary[Engine, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _plain_dispatches(engine: Engine) -> tuple[Any, ...]:
+    """The dispatch objects behind ``engine.dispatch``: for an engine view the view's own
+    listeners (``local``) and, in turn, its parents'; fixed for the engine's life (a
+    listener added later lands in one of their collections)."""
+    found = _DISPATCHES.get(engine)
+    if found is None:
+        chain: list[Any] = []
+        dispatch: Any = engine.dispatch
+        while isinstance(dispatch, _JoinedDispatcher):
+            chain.append(dispatch.local)
+            dispatch = dispatch.parent
+        chain.append(dispatch)
+        found = _DISPATCHES[engine] = tuple(chain)
+    return found
 
 
 def own_listeners(*listeners: Callable[..., Any]) -> None:
@@ -106,10 +135,16 @@ class Plan:
     order: tuple[str, ...]
     processors: Mapping[str, Callable[[Any], Any]]
     sequence: Callable[[list[Any]], Sequence[Any]]
+    # Every bind of the statement is one of the parameters, under its own name: what
+    # ``construct_params`` would return is ``params`` itself (no default, no callable,
+    # no renamed or extracted bind), so the values are read from it directly.
+    by_name: bool = False
 
     def values(self, params: Mapping[str, Any]) -> Sequence[Any]:
         """The DBAPI parameters, as ``DefaultExecutionContext`` binds them."""
-        bound = self.compiled.construct_params(params, escape_names=False)
+        bound = (
+            params if self.by_name else self.compiled.construct_params(params, escape_names=False)
+        )
         processors = self.processors
         return self.sequence(
             [processors[key](bound[key]) if key in processors else bound[key] for key in self.order]
@@ -180,12 +215,17 @@ def _compile(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
         processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
         if processor is not None:
             processors[name] = processor
+    given = set(keys)
+    by_name = not getattr(compiled, "_collect_params", False) and all(
+        bind.key == name and name in given for bind, name in compiled.bind_names.items()
+    )
     return Plan(
         sql=compiled.string,
         compiled=compiled,
         order=tuple(compiled.positiontup),
         processors=processors,
         sequence=dialect.execute_sequence_format,
+        by_name=by_name,
     )
 
 
