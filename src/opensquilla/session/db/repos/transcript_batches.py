@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -33,6 +34,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import TranscriptEntry
+from ..direct_statement import execute_compiled
 from ..rows import read_columns, to_models
 from ..tables import sessions
 from ..tables import transcript_entries as live
@@ -104,12 +106,19 @@ def _batch(dialect: str, rows: int, *, tokens: bool, touch: bool, floor: bool) -
     return stmt.returning(live.c.id, live.c.created_at) if floor else stmt
 
 
+@functools.lru_cache(maxsize=CHUNK_ROWS + 1)
+def _row_keys(row: int) -> tuple[str, ...]:
+    """The bind names of row ``row``'s values (:func:`_bind`), in column order."""
+    return tuple(f"r{row}_{name}" for name in _NAMES)
+
+
+_ROW_VALUES = itemgetter(*_NAMES)
+
+
 def _row_params(entries: Sequence[TranscriptEntry]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for n, entry in enumerate(entries):
-        data = entry.__dict__
-        for name in _NAMES:
-            params[f"r{n}_{name}"] = data[name]
+        params.update(zip(_row_keys(n), _ROW_VALUES(entry.__dict__), strict=True))
     return params
 
 
@@ -140,7 +149,7 @@ def append_batch(
             )
             bound = {**params, **_row_params(chunk)}
             for _ in range(CONTENDED_TRIES):
-                rows = conn.execute(stmt, bound).all()
+                rows = execute_compiled(conn, stmt, bound).all()
                 if rows:
                     break
                 if token_delta:
@@ -162,7 +171,7 @@ def append_batch(
         if returning:
             bound = {"fence_session_id": first.session_id, **_row_params(chunk)}
             stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=True)
-            rows = conn.execute(stmt, bound).all()
+            rows = execute_compiled(conn, stmt, bound).all()
             placed += sorted((int(r[0]), int(r[1])) for r in rows)
             continue
         newest = conn.execute(NEWEST_LIVE, {"floor_session_id": first.session_id}).scalar()
@@ -172,7 +181,7 @@ def append_batch(
         for n, created_at in enumerate(at):
             values[f"r{n}_created_at"] = created_at
         stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=False)
-        last = conn.execute(stmt, values).lastrowid
+        last = execute_compiled(conn, stmt, values).lastrowid
         assert last is not None
         placed += list(zip(range(last - len(chunk) + 1, last + 1), at, strict=True))
     return placed
