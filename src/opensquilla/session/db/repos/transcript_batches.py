@@ -130,6 +130,7 @@ def append_batch(
     now: int,
     token_delta: int,
     returning: bool,
+    ends_transaction: bool = False,
 ) -> list[tuple[int, int]] | None:
     """Synchronous, for ``AsyncConnection.run_sync`` inside the caller's write transaction:
     the fenced touch of the generation (``updated_at``, ``total_tokens + token_delta``)
@@ -137,7 +138,9 @@ def append_batch(
     generation's newest live one (docs/semantics.md#order). ``(id, created_at)`` per entry
     in order, or ``None`` when the fence refused (an overflow raised). ``returning``:
     SQLite's RETURNING (3.35+); without, the floor is read first and the ids follow from
-    the last one (AUTOINCREMENT under the write lock: consecutive)."""
+    the last one (AUTOINCREMENT under the write lock: consecutive). ``ends_transaction``:
+    the caller commits right after (SQLite: the last INSERT and the COMMIT then run in one
+    thread hop, ``sqlite_driver``'s ``commit_with_next``)."""
     first = entries[0]
     params = touch_params(first, expected_epoch, now, token_delta)
     chunks = [entries[at : at + CHUNK_ROWS] for at in range(0, len(entries), CHUNK_ROWS)]
@@ -167,10 +170,12 @@ def append_batch(
         if token_delta:
             _refuse_overflow(conn, params, token_delta)
         return None
-    for chunk in chunks:
+    for index, chunk in enumerate(chunks):
         if returning:
             bound = {"fence_session_id": first.session_id, **_row_params(chunk)}
             stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=True)
+            if ends_transaction and index == len(chunks) - 1:
+                _commit_with_next(conn)
             rows = execute_compiled(conn, stmt, bound).all()
             placed += sorted((int(r[0]), int(r[1])) for r in rows)
             continue
@@ -185,6 +190,14 @@ def append_batch(
         assert last is not None
         placed += list(zip(range(last - len(chunk) + 1, last + 1), at, strict=True))
     return placed
+
+
+def _commit_with_next(conn: Connection) -> None:
+    """Have the lean SQLite adapter commit right after the next statement, in its hop
+    (nothing when the engine runs another adapter)."""
+    commit = getattr(conn.connection.dbapi_connection, "commit_with_next", None)
+    if commit is not None:
+        commit()
 
 
 # -- one row out ---------------------------------------------------------------------------
@@ -246,6 +259,7 @@ class TranscriptBatches:
         now: int,
         token_delta: int,
         returning: bool,
+        ends_transaction: bool = False,
     ) -> list[tuple[int, int]] | None:
         """:func:`append_batch` on this connection (one crossing into the greenlet)."""
         return await self.conn.run_sync(
@@ -255,6 +269,7 @@ class TranscriptBatches:
             now=now,
             token_delta=token_delta,
             returning=returning,
+            ends_transaction=ends_transaction,
         )
 
     async def live_message_ids(self, session_id: str, message_ids: Sequence[str]) -> set[str]:
