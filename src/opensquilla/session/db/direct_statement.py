@@ -35,7 +35,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.event.base import _JoinedDispatcher
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
 from sqlalchemy.util.concurrency import is_exit_exception
@@ -253,7 +253,7 @@ def _compile(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
     )
 
 
-def execute_compiled(conn: Connection, statement: ClauseElement, params: dict[str, Any]) -> Any:
+def execute_compiled(conn: Connection, statement: Executable, params: dict[str, Any]) -> Any:
     """``conn.execute(statement, params)``, for a large statement built once (a batch's
     multi-row INSERT): through the same ``Connection`` (its events, its transaction, its
     error handling), as the SQL of its plan with the values bound by the same type
@@ -263,7 +263,11 @@ def execute_compiled(conn: Connection, statement: ClauseElement, params: dict[st
     ``CursorResult`` with the driver's values (no result processors: for integer
     columns only). A statement that has no plan here runs as ``conn.execute``, and so
     does one whose values fail to bind."""
-    plan = plan_for(conn.engine, statement, tuple(params))
+    plan = (
+        plan_for(conn.engine, statement, tuple(params))
+        if isinstance(statement, ClauseElement)
+        else None
+    )
     if plan is None:
         return conn.execute(statement, params)
     try:
