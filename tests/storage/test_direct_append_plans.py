@@ -4,6 +4,7 @@ the store's schema."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from sqlalchemy import text
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import direct_statement
 from opensquilla.session.db import uow as uow_module
-from opensquilla.session.db.repos import fenced_append
+from opensquilla.session.db.repos import fenced_append, transcript_batches
 from tests.storage.direct_paths import KEY, entry, paths
 
 
@@ -101,3 +102,35 @@ async def test_the_direct_path_appends_into_the_stores_schema(
             public = await conn.execute(text("SELECT to_regclass('public.transcript_entries')"))
             assert public.scalar_one() is None
         assert [e.content for e in await manager.get_transcript(KEY)] == ["in the schema"]
+
+
+async def test_values_read_by_name_are_the_execution_contexts(
+    storage: SessionStorage, manager: SessionManager
+) -> None:
+    """The append's and the batch's plans read their values from the parameters by name
+    (``Plan.by_name``) rather than through SQLAlchemy's ``construct_params``: the same
+    DBAPI values either way; and a statement with ``.params()`` values keeps the
+    general route."""
+    node = await manager.create(KEY)
+    engine = storage.engine.sync_engine
+    dialect = engine.dialect.name
+    metadata = {"b": 1, "a": [float("1e300"), "\u00e9"]}
+    first = entry(node, "x")
+    first.metadata = metadata
+    stmt, params = fenced_append.one_statement_append(
+        dialect, first, expected_epoch=0, now=1, token_delta=3
+    )
+    batch = transcript_batches._batch(dialect, 2, tokens=True, touch=True, floor=True)
+    rows = {
+        **fenced_append.touch_params(first, 0, 1, 3),
+        "fence_session_id": node.session_id,
+        **transcript_batches._row_params([first, entry(node, "y")]),
+    }
+    for statement, values in ((stmt, params), (batch, rows)):
+        plan = direct_statement._compile(engine, statement, tuple(values))
+        assert plan is not None and plan.by_name
+        general = dataclasses.replace(plan, by_name=False)
+        assert list(plan.values(values)) == list(general.values(values))
+    given = text("SELECT :a, :b").bindparams(b=2)
+    plan = direct_statement._compile(engine, given, ("a",))
+    assert plan is None or not plan.by_name

@@ -27,13 +27,15 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, NoReturn
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.event.base import _JoinedDispatcher
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
 from sqlalchemy.util.concurrency import is_exit_exception
@@ -67,21 +69,49 @@ def statements_watched(engine: Engine) -> bool:
     """Whether something watches ``engine``'s statements: a listener on one of the
     statement events (on the engine, its parent engine, or the ``Engine`` class), one
     other than the store's own on ``begin``, ``engine_connect`` or ``rollback``, or
-    statement logging (``echo``, or the ``sqlalchemy.engine`` logger at INFO)."""
-    dispatch = engine.dispatch
-    for name in CONNECTION_EVENTS:
-        if getattr(dispatch, name):
-            return True
+    statement logging (``echo``, or the ``sqlalchemy.engine`` logger at INFO).
+
+    Checked at every append, so it reads the listener collections themselves: an engine
+    view's (``execution_options``) own and its parents', each of which also holds the
+    class-level listeners of its engine class. Through the view's joined dispatch each
+    lookup builds and walks a joined collection, which cost more than the rest of this
+    check (bench/RESULTS.md, 2026-12-02)."""
+    own = _OWN_LISTENERS
+    for dispatch in _plain_dispatches(engine):
+        for name in CONNECTION_EVENTS:
+            if getattr(dispatch, name):
+                return True
+        for name in QUIET_EVENTS:
+            listeners = getattr(dispatch, name)
+            if listeners:
+                for fn in listeners:
+                    if fn not in own:
+                        return True
     dialect_dispatch = engine.dialect.dispatch
     for name in DIALECT_EVENTS:
         if getattr(dialect_dispatch, name):
             return True
-    own = _OWN_LISTENERS
-    for name in QUIET_EVENTS:
-        for fn in getattr(dispatch, name):
-            if fn not in own:
-                return True
     return engine.logger.isEnabledFor(logging.INFO)  # what Engine._should_log_info() checks
+
+
+# Per engine (a view of another included): its own dispatch and its parents', each plain.
+_DISPATCHES: weakref.WeakKeyDictionary[Engine, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _plain_dispatches(engine: Engine) -> tuple[Any, ...]:
+    """The dispatch objects behind ``engine.dispatch``: for an engine view the view's own
+    listeners (``local``) and, in turn, its parents'; fixed for the engine's life (a
+    listener added later lands in one of their collections)."""
+    found = _DISPATCHES.get(engine)
+    if found is None:
+        chain: list[Any] = []
+        dispatch: Any = engine.dispatch
+        while isinstance(dispatch, _JoinedDispatcher):
+            chain.append(dispatch.local)
+            dispatch = dispatch.parent
+        chain.append(dispatch)
+        found = _DISPATCHES[engine] = tuple(chain)
+    return found
 
 
 def own_listeners(*listeners: Callable[..., Any]) -> None:
@@ -106,14 +136,41 @@ class Plan:
     order: tuple[str, ...]
     processors: Mapping[str, Callable[[Any], Any]]
     sequence: Callable[[list[Any]], Sequence[Any]]
+    # Every bind of the statement is one of the parameters, under its own name: what
+    # ``construct_params`` would return is ``params`` itself (no default, no callable,
+    # no renamed or extracted bind), so the values are read from it directly.
+    by_name: bool = False
+    _processed: tuple[tuple[int, Callable[[Any], Any]], ...] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def values(self, params: Mapping[str, Any]) -> Sequence[Any]:
-        """The DBAPI parameters, as ``DefaultExecutionContext`` binds them."""
-        bound = self.compiled.construct_params(params, escape_names=False)
-        processors = self.processors
-        return self.sequence(
-            [processors[key](bound[key]) if key in processors else bound[key] for key in self.order]
+        """The DBAPI parameters, as ``DefaultExecutionContext`` binds them: each bind's
+        value in order (one ``itemgetter`` call), then the binds whose types process
+        their values (a batch of ten rows has 210 binds, 40 of them processed)."""
+        bound = (
+            params if self.by_name else self.compiled.construct_params(params, escape_names=False)
         )
+        order = self.order
+        if len(order) > 1:
+            values = list(itemgetter(*order)(bound))
+        else:
+            values = [bound[key] for key in order]
+        for at, processor in self.processed:
+            values[at] = processor(values[at])
+        return self.sequence(values)
+
+    @property
+    def processed(self) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
+        """``(position, processor)`` of each bind whose type processes its value."""
+        found = self._processed
+        if found is None:
+            processors = self.processors
+            found = tuple(
+                (at, processors[key]) for at, key in enumerate(self.order) if key in processors
+            )
+            object.__setattr__(self, "_processed", found)
+        return found
 
 
 # Per dialect: (id of the statement, its parameter names) -> (the statement, its plan). The
@@ -180,13 +237,63 @@ def _compile(engine: Engine, statement: ClauseElement, keys: tuple[str, ...]) ->
         processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
         if processor is not None:
             processors[name] = processor
+    given = set(keys)
+    # (``_collected_params``, SQLAlchemy 2.1: values a ``.params()`` call put on the
+    # statement, merged into every execution's parameters.)
+    by_name = not getattr(compiled, "_collected_params", None) and all(
+        bind.key == name and name in given for bind, name in compiled.bind_names.items()
+    )
     return Plan(
         sql=compiled.string,
         compiled=compiled,
         order=tuple(compiled.positiontup),
         processors=processors,
         sequence=dialect.execute_sequence_format,
+        by_name=by_name,
     )
+
+
+def execute_compiled(conn: Connection, statement: Executable, params: dict[str, Any]) -> Any:
+    """``conn.execute(statement, params)``, for a large statement built once (a batch's
+    multi-row INSERT): through the same ``Connection`` (its events, its transaction, its
+    error handling), as the SQL of its plan with the values bound by the same type
+    processors (``conn.exec_driver_sql``). SQLAlchemy's statement cache would compute the
+    statement's cache key on every execution: for ten rows of the batch INSERT, 0.95 ms,
+    more than the statement itself (bench/RESULTS.md, 2026-12-02). The result is a
+    ``CursorResult`` with the driver's values (no result processors: for integer
+    columns only). A statement that has no plan here runs as ``conn.execute``, and so
+    does one whose values fail to bind."""
+    plan = (
+        plan_for(conn.engine, statement, tuple(params))
+        if isinstance(statement, ClauseElement)
+        else None
+    )
+    if plan is None:
+        return conn.execute(statement, params)
+    try:
+        values = plan.values(params)
+    except Exception:
+        # A value its type cannot bind: raised, and reported to ``handle_error``, as the
+        # Connection raises it (nothing was sent).
+        return conn.execute(statement, params)
+    return conn.exec_driver_sql(plan.sql, tuple(values))
+
+
+def _bound(engine: Engine, plan: Plan, params: Mapping[str, Any]) -> Sequence[Any]:
+    """``plan``'s values for ``params``; a value its type cannot bind raises the
+    ``StatementError`` the execution context raises for it."""
+    try:
+        return plan.values(params)
+    except Exception as exc:
+        dialect = engine.dialect
+        raise sa_exc.DBAPIError.instance(
+            plan.sql,
+            params,
+            exc,
+            dialect.loaded_dbapi.Error,
+            hide_parameters=engine.hide_parameters,
+            dialect=dialect,
+        ) from exc
 
 
 def first_row(
@@ -214,17 +321,7 @@ def first_row(
         ) from exc
     try:
         with _isolation(dialect, fairy, isolation_level):
-            try:
-                values = plan.values(params)
-            except Exception as exc:  # a value a type cannot bind: StatementError
-                raise sa_exc.DBAPIError.instance(
-                    plan.sql,
-                    params,
-                    exc,
-                    dbapi_error,
-                    hide_parameters=engine.hide_parameters,
-                    dialect=dialect,
-                ) from exc
+            values = _bound(engine, plan, params)  # a value a type cannot bind: StatementError
             cursor = None
             try:
                 # Opening the cursor too, as the execution context does inside the

@@ -6,8 +6,9 @@ pooled connection is returned. Each call is a round trip between the event loop 
 thread, and those trips, not SQLite, were most of the cost of a small write.
 
 This adapter executes, fetches and closes in one call on the aiosqlite thread, runs a
-transaction's BEGIN in the same call as its first statement, and skips COMMIT/ROLLBACK when
-SQLite says no transaction is open. SQL, parameters, results, errors
+transaction's BEGIN in the same call as its first statement (and, when asked,
+``commit_with_next``, its COMMIT in the same call as its last: the batch append), and
+skips COMMIT/ROLLBACK when SQLite says no transaction is open. SQL, parameters, results, errors
 and SQLAlchemy's events are unchanged: the same statements still go through the engine.
 It is passed to ``create_async_engine(module=...)``; if SQLAlchemy's or aiosqlite's
 internals ever differ from what it expects, :func:`lean_dbapi` returns ``None`` and the
@@ -16,6 +17,7 @@ stock adapter is used.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import sqlite3
@@ -28,9 +30,15 @@ _Outcome = tuple[Any, list[Any] | None, int, int | None]
 
 
 def _run_one(
-    conn: sqlite3.Connection, operation: str, parameters: Any, begin: str | None = None
+    conn: sqlite3.Connection,
+    operation: str,
+    parameters: Any,
+    begin: str | None = None,
+    commit: list[bool] | None = None,
 ) -> _Outcome:
-    """On the aiosqlite thread: (begin,) execute, fetch everything, close."""
+    """On the aiosqlite thread: (begin,) execute, fetch everything, close (and, with
+    ``commit`` still ``[True]``, commit the transaction once the statement succeeded:
+    the event loop sets it to ``[False]`` when the statement's caller is cancelled)."""
     if begin is not None:
         conn.execute(begin)
     cursor = conn.cursor()
@@ -41,9 +49,12 @@ def _run_one(
             cursor.execute(operation, parameters)
         description = cursor.description
         rows = cursor.fetchall() if description else None
-        return description, rows, cursor.rowcount, cursor.lastrowid
+        outcome = description, rows, cursor.rowcount, cursor.lastrowid
     finally:
         cursor.close()
+    if commit is not None and commit[0] and conn.in_transaction:
+        conn.commit()
+    return outcome
 
 
 def _run_many(
@@ -57,6 +68,12 @@ def _run_many(
         return cursor.description, None, cursor.rowcount, cursor.lastrowid
     finally:
         cursor.close()
+
+
+def _cancelling() -> bool:
+    """Whether the running task has a cancellation requested and not yet delivered."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def lean_dbapi() -> Any | None:
@@ -110,12 +127,22 @@ def lean_dbapi() -> Any | None:
             adapt: Any = self._adapt_connection
             async with adapt._execute_mutex:
                 begin, adapt._pending_begin = adapt._pending_begin, None
+                fold, adapt._commit_next = adapt._commit_next, False
+                # A caller cancelled already, or while the statement runs, does not commit:
+                # the thread checks just before its COMMIT (a cancellation later than that
+                # meets the COMMIT itself, as it would in a hop of its own).
+                commit = [True] if fold and not _cancelling() else None
                 connection = self._connection
-                self._keep(
-                    await connection._execute(
-                        _run_one, connection._conn, operation, parameters, begin
+                try:
+                    self._keep(
+                        await connection._execute(
+                            _run_one, connection._conn, operation, parameters, begin, commit
+                        )
                     )
-                )
+                except asyncio.CancelledError:
+                    if commit is not None:
+                        commit[0] = False
+                    raise
 
         async def _executemany_async(self, operation: Any, seq_of_parameters: Any) -> Any:
             adapt: Any = self._adapt_connection
@@ -135,12 +162,21 @@ def lean_dbapi() -> Any | None:
             self._rows.clear()
 
     class LeanConnection(AsyncAdapt_aiosqlite_connection):
-        __slots__ = ("_pending_begin",)
+        __slots__ = ("_commit_next", "_pending_begin")
         _cursor_cls = LeanCursor
 
         def __init__(self, dbapi: Any, connection: Any) -> None:
             super().__init__(dbapi, connection)
             self._pending_begin: str | None = None
+            self._commit_next = False
+
+        def commit_with_next(self) -> None:
+            """Commit the open transaction on the thread right after the next statement
+            succeeds, in the same call: the transaction's last statement and its COMMIT
+            in one hop. The ``commit()`` that follows finds no transaction open and makes
+            no hop of its own; a statement that fails leaves the transaction open for the
+            caller's rollback."""
+            self._commit_next = True
 
         def defer_begin(self, statement: str) -> None:
             """Run ``statement`` (a BEGIN) on the thread just before the next statement,
@@ -155,11 +191,13 @@ def lean_dbapi() -> Any | None:
 
         def rollback(self) -> None:
             self._pending_begin = None
+            self._commit_next = False
             if self._in_transaction():
                 super().rollback()
 
         def commit(self) -> None:
             self._pending_begin = None
+            self._commit_next = False
             if self._in_transaction():
                 super().commit()
 

@@ -271,11 +271,14 @@ def check_messages(messages: object) -> list[CheckedMessage]:
 
 
 _ENTRY_FIELDS = tuple(TranscriptEntry.model_fields)
+# Every field but ``created_at``: the fields a trusted entry was given (its ``created_at``
+# is defaulted, see :func:`trusted_entry`).
+_GIVEN_FIELDS = frozenset(_ENTRY_FIELDS) - {"created_at"}
 
 
 def trusted_entry(session_id: str, session_key: str, values: Mapping[str, Any]) -> TranscriptEntry:
     """The entry of checked ``values`` (:func:`check_message`) owned by ``session_id`` of
-    canonical ``session_key``, built without validation (``from_row``): each value was
+    canonical ``session_key``, built without validation (``from_fields``): each value was
     checked once, at the front door. A ``message_id`` of ``None`` gets a new random one."""
     row: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
     row.update(values)
@@ -285,11 +288,9 @@ def trusted_entry(session_id: str, session_key: str, values: Mapping[str, Any]) 
         row["message_id"] = new_message_id()
     row["created_at"] = now_ms()
     row["schema_version"] = 1
-    entry = TranscriptEntry.from_row(row)
     # Defaulted, not the caller's: the append raises it to the generation's order floor
-    # (docs/semantics.md#order). ``from_row`` gave this one record a set of its own.
-    entry.__pydantic_fields_set__.discard("created_at")
-    return entry
+    # (docs/semantics.md#order). Each entry gets a set of its own (assignment adds to it).
+    return TranscriptEntry.from_fields(row, set(_GIVEN_FIELDS))
 
 
 def defaulted_created_at(entry: TranscriptEntry) -> bool:

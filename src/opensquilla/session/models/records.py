@@ -187,6 +187,21 @@ class _Record(BaseModel):
         )
 
     @classmethod
+    def from_fields(cls, values: dict[str, Any], fields_set: set[str]) -> Self:
+        """One record that takes ``values`` as its ``__dict__`` (not copied) and
+        ``fields_set`` as its set of fields given, without validation: ``values`` holds
+        every field of the model, in its order, each already of its field's type (the
+        append builds its entry from values the front door checked). What
+        :meth:`from_rows` does per row, without its per-call set-up, for one record."""
+        record = object.__new__(cls)
+        set_dict, set_fields_set, set_extra, set_private = _SLOT_SETTERS
+        set_dict(record, values)
+        set_fields_set(record, fields_set)
+        set_extra(record, None)
+        set_private(record, None)
+        return record
+
+    @classmethod
     def from_row(cls, values: Mapping[str, Any]) -> Self:
         """Build from one complete row whose values are already typed, by field name
         (:meth:`from_rows` for a single row)."""

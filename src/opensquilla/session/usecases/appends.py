@@ -51,8 +51,11 @@ async def append_entry(
             )
             if placed is None:
                 await raise_stale(tx, entry, expected_epoch)
-    # As stored: a defaulted created_at may have been raised to the order floor.
-    entry.id, entry.__dict__["created_at"] = placed
+    # As stored: a defaulted created_at may have been raised to the order floor. Both
+    # are the database's integers, and ``id`` is in the entry's fields set already
+    # (``trusted_entry``; an entry the caller built gets it added): no validation.
+    entry.__dict__["id"], entry.__dict__["created_at"] = placed
+    entry.__pydantic_fields_set__.add("id")
     return entry
 
 

@@ -117,6 +117,8 @@ async def _write(
                 now=now_ms(),
                 token_delta=token_delta,
                 returning=returning,
+                # The unit of work commits right after it (SQLite: in the same hop).
+                ends_transaction=not alone,
             )
             if placed is None:
                 await raise_stale(tx, first, expected_epoch)

@@ -46,6 +46,7 @@ from ..tables import sessions
 from ..tables import transcript_entries as live
 
 INSERT_COLUMNS = [c for c in live.columns if c.name != "id"]
+_INSERT_NAMES = tuple(c.name for c in INSERT_COLUMNS)
 
 
 def bound_row(entry: TranscriptEntry) -> list[ColumnElement[Any]]:
@@ -298,7 +299,8 @@ def one_statement_append(
         params = touch_params(entry, expected_epoch, now, token_delta)
         params.update({"v_" + name: value for name, value in values_of(entry, live).items()})
         return _PG_APPENDS[bool(token_delta), floor], params
-    row = values_of(entry, live)
+    data = entry.__dict__
+    row = {name: data[name] for name in _INSERT_NAMES}
     row["fence_epoch"] = expected_epoch
     row["touched_at"] = now
     row["token_delta"] = token_delta

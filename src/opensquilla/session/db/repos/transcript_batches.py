@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -33,6 +34,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import TranscriptEntry
+from ..direct_statement import execute_compiled
 from ..rows import read_columns, to_models
 from ..tables import sessions
 from ..tables import transcript_entries as live
@@ -104,12 +106,19 @@ def _batch(dialect: str, rows: int, *, tokens: bool, touch: bool, floor: bool) -
     return stmt.returning(live.c.id, live.c.created_at) if floor else stmt
 
 
+@functools.lru_cache(maxsize=CHUNK_ROWS + 1)
+def _row_keys(row: int) -> tuple[str, ...]:
+    """The bind names of row ``row``'s values (:func:`_bind`), in column order."""
+    return tuple(f"r{row}_{name}" for name in _NAMES)
+
+
+_ROW_VALUES = itemgetter(*_NAMES)
+
+
 def _row_params(entries: Sequence[TranscriptEntry]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for n, entry in enumerate(entries):
-        data = entry.__dict__
-        for name in _NAMES:
-            params[f"r{n}_{name}"] = data[name]
+        params.update(zip(_row_keys(n), _ROW_VALUES(entry.__dict__), strict=True))
     return params
 
 
@@ -121,6 +130,7 @@ def append_batch(
     now: int,
     token_delta: int,
     returning: bool,
+    ends_transaction: bool = False,
 ) -> list[tuple[int, int]] | None:
     """Synchronous, for ``AsyncConnection.run_sync`` inside the caller's write transaction:
     the fenced touch of the generation (``updated_at``, ``total_tokens + token_delta``)
@@ -128,7 +138,9 @@ def append_batch(
     generation's newest live one (docs/semantics.md#order). ``(id, created_at)`` per entry
     in order, or ``None`` when the fence refused (an overflow raised). ``returning``:
     SQLite's RETURNING (3.35+); without, the floor is read first and the ids follow from
-    the last one (AUTOINCREMENT under the write lock: consecutive)."""
+    the last one (AUTOINCREMENT under the write lock: consecutive). ``ends_transaction``:
+    the caller commits right after (SQLite: the last INSERT and the COMMIT then run in one
+    thread hop, ``sqlite_driver``'s ``commit_with_next``)."""
     first = entries[0]
     params = touch_params(first, expected_epoch, now, token_delta)
     chunks = [entries[at : at + CHUNK_ROWS] for at in range(0, len(entries), CHUNK_ROWS)]
@@ -140,7 +152,7 @@ def append_batch(
             )
             bound = {**params, **_row_params(chunk)}
             for _ in range(CONTENDED_TRIES):
-                rows = conn.execute(stmt, bound).all()
+                rows = execute_compiled(conn, stmt, bound).all()
                 if rows:
                     break
                 if token_delta:
@@ -158,11 +170,13 @@ def append_batch(
         if token_delta:
             _refuse_overflow(conn, params, token_delta)
         return None
-    for chunk in chunks:
+    for index, chunk in enumerate(chunks):
         if returning:
             bound = {"fence_session_id": first.session_id, **_row_params(chunk)}
             stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=True)
-            rows = conn.execute(stmt, bound).all()
+            if ends_transaction and index == len(chunks) - 1:
+                _commit_with_next(conn)
+            rows = execute_compiled(conn, stmt, bound).all()
             placed += sorted((int(r[0]), int(r[1])) for r in rows)
             continue
         newest = conn.execute(NEWEST_LIVE, {"floor_session_id": first.session_id}).scalar()
@@ -172,10 +186,18 @@ def append_batch(
         for n, created_at in enumerate(at):
             values[f"r{n}_created_at"] = created_at
         stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=False)
-        last = conn.execute(stmt, values).lastrowid
+        last = execute_compiled(conn, stmt, values).lastrowid
         assert last is not None
         placed += list(zip(range(last - len(chunk) + 1, last + 1), at, strict=True))
     return placed
+
+
+def _commit_with_next(conn: Connection) -> None:
+    """Have the lean SQLite adapter commit right after the next statement, in its hop
+    (nothing when the engine runs another adapter)."""
+    commit = getattr(conn.connection.dbapi_connection, "commit_with_next", None)
+    if commit is not None:
+        commit()
 
 
 # -- one row out ---------------------------------------------------------------------------
@@ -237,6 +259,7 @@ class TranscriptBatches:
         now: int,
         token_delta: int,
         returning: bool,
+        ends_transaction: bool = False,
     ) -> list[tuple[int, int]] | None:
         """:func:`append_batch` on this connection (one crossing into the greenlet)."""
         return await self.conn.run_sync(
@@ -246,6 +269,7 @@ class TranscriptBatches:
             now=now,
             token_delta=token_delta,
             returning=returning,
+            ends_transaction=ends_transaction,
         )
 
     async def live_message_ids(self, session_id: str, message_ids: Sequence[str]) -> set[str]:

@@ -1,0 +1,78 @@
+"""SQLite: a batch's last INSERT and its COMMIT run in one thread hop (``sqlite_driver``'s
+``commit_with_next``), and a caller cancelled while that statement runs does not commit:
+the thread checks just before its COMMIT, and the unit of work rolls the batch back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from opensquilla.session import SessionManager, SessionStorage
+from opensquilla.session.db import sqlite_driver
+from tests.helpers import table_snapshot
+
+KEY = "agent:main:commit-hop"
+BATCH: list[Any] = [{"role": "user", "content": f"m{n}", "token_count": 1} for n in range(3)]
+
+pytestmark = pytest.mark.sqlite_only
+
+
+async def test_the_last_insert_commits_in_its_own_hop(
+    manager: SessionManager, storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await manager.create(KEY)
+    folded: list[str] = []
+    run_one = sqlite_driver._run_one
+
+    def watched(conn: Any, operation: str, parameters: Any, begin: Any, commit: Any) -> Any:
+        if commit is not None:
+            folded.append(operation.split()[0])
+        outcome = run_one(conn, operation, parameters, begin, commit)
+        if commit is not None:
+            assert not conn.in_transaction  # committed in this call
+        return outcome
+
+    monkeypatch.setattr(sqlite_driver, "_run_one", watched)
+    entries = await manager.append_messages(KEY, BATCH)
+    assert folded == ["INSERT"]
+    assert [e.content for e in await manager.get_transcript(KEY)] == ["m0", "m1", "m2"]
+    assert [e.id for e in entries] == [e.id for e in await manager.get_transcript(KEY)]
+
+
+async def test_a_batch_cancelled_while_its_last_insert_runs_leaves_nothing(
+    manager: SessionManager, storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "kept")
+    before = await table_snapshot(storage)
+    loop = asyncio.get_running_loop()
+    task: asyncio.Task[Any] | None = None
+    run_one = sqlite_driver._run_one
+
+    def cancelled_meanwhile(
+        conn: Any, operation: str, parameters: Any, begin: Any, commit: Any
+    ) -> Any:
+        if commit is not None:
+            # On the driver's thread, with the INSERT's hop under way: the caller is
+            # cancelled, and the loop marks the hop's COMMIT off before this goes on.
+            assert task is not None
+            loop.call_soon_threadsafe(task.cancel)
+            deadline = time.monotonic() + 30
+            while commit[0] and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert not commit[0]
+            assert threading.current_thread() is not threading.main_thread()
+        return run_one(conn, operation, parameters, begin, commit)
+
+    monkeypatch.setattr(sqlite_driver, "_run_one", cancelled_meanwhile)
+    task = asyncio.ensure_future(manager.append_messages(KEY, BATCH))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.setattr(sqlite_driver, "_run_one", run_one)
+    assert await table_snapshot(storage) == before
+    await manager.append_messages(KEY, BATCH)  # the connection is fine afterwards
+    assert [e.content for e in await manager.get_transcript(KEY)] == ["kept", "m0", "m1", "m2"]
