@@ -37,7 +37,11 @@ def turn(i: int) -> list[Any]:
     call_id = f"call_{i}"
     return [
         {"role": "user", "content": f"question {i}: {MESSAGE}"},
-        {"type": "reasoning", "id": f"rs_{i}", "summary": [{"type": "summary_text", "text": MESSAGE}]},
+        {
+            "type": "reasoning",
+            "id": f"rs_{i}",
+            "summary": [{"type": "summary_text", "text": MESSAGE}],
+        },
         {
             "type": "function_call",
             "id": f"fc_{i}",
@@ -82,7 +86,9 @@ async def run(backend: str, n: int) -> dict[str, float]:
                 from sqlalchemy.ext.asyncio import create_async_engine
 
                 peer_name = "sqlalchemy_session"
-                engine = create_async_engine(target.replace("postgresql://", "postgresql+asyncpg://"))
+                engine = create_async_engine(
+                    target.replace("postgresql://", "postgresql+asyncpg://")
+                )
                 peer = SQLAlchemySession("bench-add", engine=engine, create_tables=True)
             try:
                 await fill(ours_read, 1000)

@@ -50,8 +50,12 @@ class ScriptedModel(Model):
             type="message",
         )
 
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:  # noqa: E501
-        items: list[Any] = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        items: list[Any] = (
+            [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        )
         self.inputs.append(items)
         last = items[-1]
         output: Any
