@@ -28,6 +28,7 @@ from common import MESSAGE, fresh_target, interleaved_p50
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.integrations.openai_agents import OpenSquillaSession
+from opensquilla.session.integrations.openai_agents.items import to_message
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
@@ -78,11 +79,14 @@ async def run(backend: str, n: int) -> dict[str, float]:
             reference = SQLiteSession("bench-read", Path(tmp) / "sdk.db")
             peer: Any
             engine: Any = None
+            SQLAlchemySession: Any = None
             if backend == "sqlite":
                 peer_name = "sqlite_session"
                 peer = SQLiteSession("bench-add", Path(tmp) / "sdk.db")
             else:
-                from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+                from agents.extensions.memory.sqlalchemy_session import (
+                    SQLAlchemySession,
+                )
                 from sqlalchemy.ext.asyncio import create_async_engine
 
                 peer_name = "sqlalchemy_session"
@@ -107,12 +111,33 @@ async def run(backend: str, n: int) -> dict[str, float]:
                 async def reference_get() -> None:
                     assert len(await reference.get_items()) == 1000
 
+                manager = await ours_read.manager()
+                core_key = "agent:main:bench-core"
+                await manager.create(core_key)
+
+                async def core_append_5() -> None:  # the floor: the same rows, by the manager
+                    mapped = [to_message(item) for item in turn(next(counter))]
+                    await manager.append_messages(core_key, mapped)
+
+                async def core_transcript() -> None:  # the floor: the store's own read
+                    assert len(await manager.get_transcript(ours_read.session_key)) == 1000
+
                 calls: dict[str, Callable[[], Awaitable[Any]]] = {
                     "ours_add_items_5": ours_add_5,
                     f"{peer_name}_add_items_5": peer_add_5,
                     "ours_get_items_1000": ours_get,
                     "sqlite_session_get_items_1000": reference_get,
+                    "core_get_transcript_1000": core_transcript,
+                    "core_append_messages_5": core_append_5,
                 }
+                if backend != "sqlite":
+                    peer_read = SQLAlchemySession("bench-read", engine=engine, create_tables=True)
+                    await fill(peer_read, 1000)
+
+                    async def peer_get() -> None:
+                        assert len(await peer_read.get_items()) == 1000
+
+                    calls["sqlalchemy_session_get_items_1000"] = peer_get
                 await interleaved_p50(calls, min(20, n))  # warm: caches, the pool
                 figures = await interleaved_p50(calls, n)
             finally:
@@ -131,6 +156,13 @@ async def run(backend: str, n: int) -> dict[str, float]:
     result["get_items_1000_over_sqlite_session"] = (
         figures["ours_get_items_1000"] / figures["sqlite_session_get_items_1000"]
     )
+    result["core_get_transcript_1000_over_sqlite_session"] = (
+        figures["core_get_transcript_1000"] / figures["sqlite_session_get_items_1000"]
+    )
+    if "sqlalchemy_session_get_items_1000" in figures:
+        result["get_items_1000_over_sqlalchemy_session"] = (
+            figures["ours_get_items_1000"] / figures["sqlalchemy_session_get_items_1000"]
+        )
     return result
 
 
