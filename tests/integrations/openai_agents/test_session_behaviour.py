@@ -233,3 +233,25 @@ def test_bad_options_are_refused() -> None:
         OpenSquillaSession("x", ":memory:", summary_role="tool")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="storage"):
         OpenSquillaSession("x", 42)  # type: ignore[arg-type]
+
+
+async def test_a_compaction_between_the_two_reads_is_seen_whole(storage: SessionStorage) -> None:
+    """``get_items`` reads the rows, then the summary: a compaction that commits between
+    them makes it read the rows again, so no folded item shows beside its summary."""
+    session = OpenSquillaSession("s-6", storage, summarizer=RememberingSummarizer())
+    for i in range(10):
+        await session.add_items([{"role": "user", "content": f"remember w{i}{PADDING}"}])
+    manager = await session.manager()
+    latest = manager.get_latest_summary
+    results = []
+
+    async def compaction_first(key: str) -> Any:
+        if not results:
+            results.append(await session.compact(300))
+        return await latest(key)
+
+    manager.get_latest_summary = compaction_first  # type: ignore[method-assign]
+    items = await session.get_items()
+    assert results[0].removed_count > 0
+    assert len(items) == 1 + 10 - results[0].removed_count
+    assert items[0]["role"] == "system"

@@ -29,6 +29,7 @@ from ...compaction.summarizer import Summarizer
 from ...errors import SessionNotFoundError
 from ...keys import normalize_agent_id
 from ...manager import SessionManager
+from ...models import TranscriptEntry
 from ...storage import SessionStorage
 from .._shared import StorageLease
 from .items import to_item, to_message
@@ -124,13 +125,19 @@ class OpenSquillaSession(SessionABC):
         if wanted == 0:
             return []
         try:
-            if wanted is None:
-                entries = await manager.get_transcript(self.session_key)
-            else:
-                entries = await manager.get_recent_transcript(self.session_key, wanted)
+            entries = await self._entries(manager, wanted)
             summary = None
             if self.summary_role is not None and (wanted is None or len(entries) < wanted):
                 summary = await manager.get_latest_summary(self.session_key)
+                if (
+                    summary is not None
+                    and entries
+                    and (entries[0].id or 0) <= (summary.covered_through_id)
+                ):
+                    # A compaction committed between the two reads: the rows read are
+                    # older than the summary. Read them again (once: the next one could
+                    # only race the same way, and a repeat shows the same view).
+                    entries = await self._entries(manager, wanted)
         except SessionNotFoundError:
             return []
         items: list[Any] = []
@@ -142,6 +149,11 @@ class OpenSquillaSession(SessionABC):
             if item is not None:
                 items.append(item)
         return cast(list[TResponseInputItem], items)
+
+    async def _entries(self, manager: SessionManager, wanted: int | None) -> list[TranscriptEntry]:
+        if wanted is None:
+            return await manager.get_transcript(self.session_key)
+        return await manager.get_recent_transcript(self.session_key, wanted)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in order, all or nothing, in one transaction (the session is
