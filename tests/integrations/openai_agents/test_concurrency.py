@@ -15,6 +15,8 @@ from sqlalchemy import event
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.integrations.openai_agents import OpenSquillaSession
+from opensquilla.session.models import messages
+from opensquilla.session.support import clock
 from tests.manager.primitives_support import WAIT_GUARD, holding, on_statement
 
 from .sdk_writer import OFFSET_ENV, turn
@@ -155,3 +157,18 @@ async def test_a_cancellation_inside_the_batch_leaves_nothing_postgres(
         with pytest.raises(asyncio.CancelledError):
             await task
     assert _turns_of(await session.get_items()) == ["kept-0"]
+
+
+async def test_a_clock_step_back_keeps_the_order(
+    storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process's clock steps 5 s back between two turns: the later turn still reads
+    last and is popped first."""
+    session = OpenSquillaSession("clock", storage)
+    await session.add_items(turn("before", 0))  # type: ignore[arg-type]
+    real = clock.now_ms
+    monkeypatch.setattr(messages, "now_ms", lambda: real() - 5_000)
+    await session.add_items(turn("after", 0))  # type: ignore[arg-type]
+    items = await session.get_items()
+    assert _turns_of(items) == ["before-0", "after-0"]
+    assert await session.pop_item() == items[-1]
