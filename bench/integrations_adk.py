@@ -109,7 +109,7 @@ async def run(backend: str, n: int) -> dict[str, float]:
             append_ms = await interleaved_p50(appends, n)
             reads = {name: reader(name) for name in services}
             await interleaved_p50(reads, 2)
-            read_ms = await interleaved_p50(reads, max(5, n // 20))
+            read_ms = await interleaved_p50(reads, max(10, n // 10))
         finally:
             await theirs.close()
             await storage.close()
