@@ -199,9 +199,9 @@ class OpenSquillaSessionService(BaseSessionService):
             # The revision first: an append that lands between this read and the events'
             # makes the object stale (refused later), never silently behind.
             stored = await manager.get_state(key)
-        except SessionNotFoundError:
+            events = await self._events(manager, key, config)
+        except SessionNotFoundError:  # missing, or deleted meanwhile
             return None
-        events = await self._events(manager, key, config)
         app, user = await self._scoped(manager, app_name, user_id)
         session = Session(
             id=session_id,
