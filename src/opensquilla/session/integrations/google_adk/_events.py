@@ -3,8 +3,9 @@
 The event itself travels in the entry's metadata, ``{"adk_event": {...}}``: the JSON object
 ``DatabaseSessionService`` stores (``model_dump(exclude_none=True, mode="json")``: bytes as
 base64 text), which the store keeps as JSON text and gives back exactly (key order, numbers),
-validated back into an ``Event`` as ``DatabaseSessionService`` validates its own. The entry's own fields carry what the store
-reads, so that search, the context view and compaction see the conversation:
+validated back into an ``Event`` as ``DatabaseSessionService`` validates its own. The
+entry's own fields carry what the store reads, so that search, the context view and
+compaction see the conversation:
 
 - ``role``: ``"user"`` for an event of author ``user``, ``"tool"`` for an event of function
   responses, ``"assistant"`` otherwise (the model, an agent, a tool's own event);
