@@ -30,11 +30,13 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from sqlalchemy.engine import make_url
+from xdist.scheduler import LoadGroupScheduling
 
 from opensquilla.session import SessionManager, SessionStorage
 
@@ -45,6 +47,14 @@ SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"
 RUN_ALL_ENV = "OPENSQUILLA_TEST_ALL"
 # Session fixtures of tests/reliability/conftest.py that start processes: see _runs_here.
 POOLED_FIXTURES = frozenset({"spawn_pool", "sync_manager"})
+# The modules whose tests use them: one xdist work unit (PoolGroupScheduling).
+POOLED_MODULES = frozenset(
+    {
+        "tests/reliability/test_processes.py",
+        "tests/reliability/test_compaction_lease_processes.py",
+    }
+)
+POOLED_GROUP = "reliability"
 # Set before any storage is made, so that spawned workers inherit it too.
 os.environ.setdefault(SQLITE_SYNCHRONOUS_ENV, "OFF")
 
@@ -233,7 +243,14 @@ def _runs_here(item: pytest.Item, *, on_postgres: bool, run_all: bool) -> bool:
     if POOLED_FIXTURES & set(getattr(item, "fixturenames", ())):
         # The reliability suite's warm process pool and its barrier manager are made once
         # per pytest process: the tests that use them share one xdist worker (and one pool).
-        item.add_marker(pytest.mark.xdist_group("reliability"))
+        # The scheduler groups them by module (the controller sees node ids only), so a
+        # test that uses them elsewhere must have its module listed.
+        if item.nodeid.split("::", 1)[0] not in POOLED_MODULES:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses {', '.join(sorted(POOLED_FIXTURES))}: add its module to "
+                "POOLED_MODULES in tests/conftest.py (one xdist worker runs them all)"
+            )
+        item.add_marker(pytest.mark.xdist_group(POOLED_GROUP))
     once = item.get_closest_marker("once")
     if once is not None and not run_all:
         return once.kwargs.get("backend", "sqlite") == ("postgresql" if on_postgres else "sqlite")
@@ -241,6 +258,28 @@ def _runs_here(item: pytest.Item, *, on_postgres: bool, run_all: bool) -> bool:
         item.add_marker(pytest.mark.backend_free)
         return run_all or not on_postgres
     return True
+
+
+class PoolGroupScheduling(LoadGroupScheduling):
+    """``--dist loadgroup`` with the process-pool tests as one work unit.
+
+    pytest-xdist (3.8) names a test's group by appending ``@group`` to ``item._nodeid``,
+    which pytest 9 no longer reads (``nodeid`` comes from ``item._id``): its ``xdist_group``
+    markers group nothing, and every worker would start a pool of its own. The controller
+    only sees node ids, so the group is named here by module. Work units are handed out
+    largest first (``--loadscope-reorder``, the default), so this one starts at once on one
+    worker while the other takes the single tests."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        if nodeid.split("::", 1)[0] in POOLED_MODULES:
+            return POOLED_GROUP
+        return super()._split_scope(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return PoolGroupScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
