@@ -91,8 +91,9 @@ async def test_an_append_is_one_statement_and_sqlite_runs_it_in_one_thread_hop(
     assert seen[0].startswith("INSERT INTO transcript_appends")
     # One call on the aiosqlite thread: no BEGIN sent with it, no COMMIT or ROLLBACK after.
     assert [name for name, _ in calls] == ["_run_one"]
-    (_conn, operation, _params, begin) = calls[0][1]
+    (_conn, operation, _params, begin, commit) = calls[0][1]
     assert operation.startswith("INSERT INTO transcript_appends") and begin is None
+    assert commit is None  # autocommit: no COMMIT folded into the hop either
     [_, stored] = await manager.get_transcript(KEY)
     assert stored.id == entry.id and stored.content == "one hop"
 

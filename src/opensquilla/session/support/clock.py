@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -16,16 +15,8 @@ def new_session_id() -> str:
     return str(uuid.uuid4())
 
 
-# A random (version 4, RFC 4122 variant) UUID's bits, as ``uuid.uuid4()`` sets them.
-_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_SET = (0x4000 << 64) | (0x8000 << 48)
-
-
 def new_message_id() -> str:
-    """``str(uuid.uuid4())``, formatted without building the ``UUID`` object (every append
-    makes one of these)."""
-    h = "%032x" % (int.from_bytes(os.urandom(16), "big") & _CLEAR | _SET)
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return str(uuid.uuid4())
 
 
 def new_compaction_id() -> str:
