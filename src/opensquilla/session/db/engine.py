@@ -31,13 +31,13 @@ from sqlalchemy.pool import StaticPool
 
 from ..config import SqliteSynchronous
 from ..errors import ConfigurationError
-from .direct_statement import own_listeners
 from .dsn import StorageTarget, engine_target
 from .engine_options import postgres_connection
 from .memory_dbapi import PinnedMemoryDBAPI
 from .pg_schema import connection_settings
 from .sql import SQLITE_UUID_FUNCTION
 from .sqlite_driver import lean_dbapi
+from .statement_watch import own_listeners
 from .types import json_deserializer, json_serializer
 
 # Execution option read by the BEGIN hook: "IMMEDIATE", "DEFERRED" or "NONE" (autocommit).

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -45,15 +45,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
-from .direct_statement import (
-    Plan,
-    first_row,
-    own_listeners,
-    plan_for,
-    refused_connection,
-    statements_watched,
-    view_listeners,
-)
+from .direct_statement import Plan, first_row, plan_for, refused_connection
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import leaves_connection_in_doubt, translate, translated_errors
@@ -68,7 +60,8 @@ from .repos.states import ScopeStateRepository, SessionStateRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
-from .uow_slots import discard_cancelled, pool_slots
+from .statement_watch import own_listeners, statements_watched, view_listeners
+from .uow_slots import discard_cancelled, not_interrupted, pool_slots
 
 T = TypeVar("T")
 
@@ -242,7 +235,7 @@ class UnitOfWork:
             if slots is not None:
                 await self._acquire_slot(slots)
             try:
-                return await _not_interrupted(
+                return await not_interrupted(
                     greenlet_spawn(
                         first_row,
                         self._single.sync_engine,
@@ -269,7 +262,7 @@ class UnitOfWork:
         and the error translation as every write unit of work has them."""
         self._check_loop()
         async with self._locked(self._write_lock), self._pool_slot(), translated_errors():
-            return await _not_interrupted(
+            return await not_interrupted(
                 greenlet_spawn(_run_on_connection, self._single.sync_engine, work)
             )
 
@@ -307,14 +300,14 @@ class UnitOfWork:
             try:
                 # The checkout (perhaps a new connection, the pre-ping) runs to its end.
                 if self.is_postgres:  # a new connection, a pre-ping: network round trips
-                    await _not_interrupted(conn.start())
+                    await not_interrupted(conn.start())
                 else:
                     await conn.start()
             except OSError as exc:
                 raise refused_connection(exc) from exc
             except asyncio.CancelledError:
                 if conn.sync_connection is not None:  # checked out meanwhile: hand it back
-                    await _not_interrupted(conn.close())
+                    await not_interrupted(conn.close())
                 raise
             try:
                 yield conn
@@ -322,20 +315,20 @@ class UnitOfWork:
                 # A statement may be in flight: the driver is cancelling it on the server.
                 # Let that finish, then throw the connection away, both to their end.
                 if self.is_postgres:
-                    await _not_interrupted(discard_cancelled(conn))
+                    await not_interrupted(discard_cancelled(conn))
                 raise
             except BaseException as exc:
                 if leaves_connection_in_doubt(exc):
                     await conn.invalidate()
                 raise
             finally:
-                await _not_interrupted(conn.close())
+                await not_interrupted(conn.close())
 
     @contextlib.asynccontextmanager
     async def _pool_slot(self) -> AsyncIterator[None]:
         """One of the pool's connections (``pool_size + max_overflow``) for this unit of
         work, waited for here, where a cancellation is clean, rather than inside the pool,
-        where it would interrupt the driver (:func:`_not_interrupted`). The wait is bounded
+        where it would interrupt the driver (:func:`not_interrupted`). The wait is bounded
         by the pool's own timeout."""
         slots = self._slots
         if slots is None:
@@ -368,31 +361,6 @@ class UnitOfWork:
             return
         async with lock:
             yield
-
-
-async def _not_interrupted(statement: Coroutine[Any, Any, T]) -> T:
-    """``await statement`` (a checkout, :func:`_run_on_connection`, a clean-up; begun with a
-    pool slot held, so it never waits for the pool), where a cancellation waits for it to
-    finish before it propagates.
-
-    Cancelling the driver half-way through a statement, or through opening a connection,
-    leaves the connection unusable: the pool then closes it from the cancelled task, which
-    fails again ("Exception closing connection"), and asyncpg's own futures are left holding
-    errors no one retrieves ("Future exception was never retrieved"): cancelling 400 appends
-    logged hundreds of those and threw away pooled connections. One statement is short; it
-    runs to its end and hands its connection back, and the caller still gets its
-    ``CancelledError`` (the append may then have been written, as when a cancellation meets
-    a COMMIT). Waiting for a slot (:meth:`UnitOfWork._pool_slot`) stays cancellable."""
-    running = asyncio.ensure_future(statement)
-    try:
-        return await asyncio.shield(running)
-    except asyncio.CancelledError:
-        while not running.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(running)
-        if not running.cancelled():
-            running.exception()  # retrieved: the caller gets its cancellation, not this
-        raise
 
 
 def _run_on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:

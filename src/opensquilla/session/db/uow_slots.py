@@ -1,11 +1,17 @@
-"""Two helpers of the units of work (``db/uow.py``): the pool's capacity as a semaphore,
-and the discarding of a connection after a cancellation."""
+"""Helpers of the units of work (``db/uow.py``): the pool's capacity as a semaphore, a
+statement that a cancellation lets finish, and the discarding of a connection after a
+cancellation."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+T = TypeVar("T")
 
 
 async def discard_cancelled(conn: AsyncConnection) -> None:
@@ -35,3 +41,28 @@ def pool_slots(engine: AsyncEngine) -> tuple[asyncio.Semaphore | None, float]:
     capacity = size() + overflow
     seconds = timeout() if callable(timeout) else 30.0
     return asyncio.Semaphore(capacity), float(seconds)
+
+
+async def not_interrupted(statement: Coroutine[Any, Any, T]) -> T:
+    """``await statement`` (a checkout, ``uow._run_on_connection``, a clean-up; begun with a
+    pool slot held, so it never waits for the pool), where a cancellation waits for it to
+    finish before it propagates.
+
+    Cancelling the driver half-way through a statement, or through opening a connection,
+    leaves the connection unusable: the pool then closes it from the cancelled task, which
+    fails again ("Exception closing connection"), and asyncpg's own futures are left holding
+    errors no one retrieves ("Future exception was never retrieved"): cancelling 400 appends
+    logged hundreds of those and threw away pooled connections. One statement is short; it
+    runs to its end and hands its connection back, and the caller still gets its
+    ``CancelledError`` (the append may then have been written, as when a cancellation meets
+    a COMMIT). Waiting for a slot (``UnitOfWork._pool_slot``) stays cancellable."""
+    running = asyncio.ensure_future(statement)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        while not running.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(running)
+        if not running.cancelled():
+            running.exception()  # retrieved: the caller gets its cancellation, not this
+        raise

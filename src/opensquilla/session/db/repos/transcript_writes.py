@@ -26,8 +26,8 @@ from .fenced_append import (
     append_and_touch,
     bound_row,
     floored,
-    upsert_and_touch,
 )
+from .fenced_upsert import upsert_and_touch
 
 
 class TranscriptWrites:
