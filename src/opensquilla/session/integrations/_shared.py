@@ -19,6 +19,8 @@ import importlib.util
 import threading
 import weakref
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
 
 from ..storage import SessionStorage
 
@@ -36,6 +38,24 @@ def require_framework(module: str, *, extra: str, framework: str) -> None:
             f"{framework} is not installed: the integration needs the '{module}' package; "
             f"install it with: pip install 'opensquilla-session[{extra}]'"
         )
+
+
+class ClosesOnExit:
+    """``async with`` for an integration's object: leaving the block awaits ``close()``."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
 
 
 @dataclass(eq=False)

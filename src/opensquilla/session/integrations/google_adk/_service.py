@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Any
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -32,7 +31,7 @@ from ...manager import SessionManager
 from ...models import SessionListCursor, SessionState, TranscriptEntry
 from ...models.state import check_state_change
 from ...storage import SessionStorage
-from .._shared import StorageLease
+from .._shared import ClosesOnExit, StorageLease
 from . import _keys
 from ._errors import StaleSessionError, stale_session
 from ._events import compaction_event, entry_event, event_message
@@ -58,7 +57,7 @@ def _seconds(state: SessionState, fallback_ms: int | None = None) -> float:
     return millis / 1000 if millis is not None else 0.0
 
 
-class OpenSquillaSessionService(BaseSessionService):
+class OpenSquillaSessionService(ClosesOnExit, BaseSessionService):
     """A ``BaseSessionService`` on an opensquilla session store.
 
     ``storage`` is a connected or unconnected :class:`~opensquilla.session.SessionStorage`
@@ -99,17 +98,6 @@ class OpenSquillaSessionService(BaseSessionService):
     async def close(self) -> None:
         """Release the store when the service leased it from a DSN (yours stays open)."""
         await self._lease.release()
-
-    async def __aenter__(self) -> OpenSquillaSessionService:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     @contextlib.asynccontextmanager
     async def _serialized(self, key: str) -> AsyncIterator[None]:

@@ -8,7 +8,6 @@ read (and the latest summary's), ``clear_session`` one ``delete`` or ``reset``.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any, Literal, cast
 
 from agents.items import TResponseInputItem
@@ -31,7 +30,7 @@ from ...keys import normalize_agent_id
 from ...manager import SessionManager
 from ...models import TranscriptEntry
 from ...storage import SessionStorage
-from .._shared import StorageLease
+from .._shared import ClosesOnExit, StorageLease
 from .items import to_item, to_message
 from .keys import session_key
 
@@ -45,7 +44,7 @@ _SUMMARY_ROLES = ("system", "developer", "user")
 DEFAULT_COMPACTION = CompactionConfig(cut_policy="api_rounds")
 
 
-class OpenSquillaSession(SessionABC):
+class OpenSquillaSession(ClosesOnExit, SessionABC):
     """An Agents SDK session (``agents.memory.session.SessionABC``) kept in this store.
 
     ``storage`` is a :class:`SessionStorage` (the caller's: connected if needed, never
@@ -219,14 +218,3 @@ class OpenSquillaSession(SessionABC):
         calls raise ``RuntimeError``. Idempotent."""
         self._manager = None
         await self._lease.release()
-
-    async def __aenter__(self) -> OpenSquillaSession:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
