@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import contextlib
+import json
 import os
 import statistics
 import tempfile
@@ -237,3 +240,19 @@ async def bulk_sessions(storage: SessionStorage, count: int, prefix: str = "agen
             rows.append(values_of(node, sessions))
         async with storage.engine.begin() as conn:
             await conn.execute(sessions.insert(), rows)
+
+
+def script_main(
+    doc: str | None, run: Callable[[str, int], Awaitable[dict[str, float]]], n: int
+) -> None:
+    """The command line of a benchmark module: ``--backend sqlite|postgres`` and ``-n``; prints
+    each figure, then the JSON."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("-n", type=int, default=n)
+    args = parser.parse_args()
+    result = asyncio.run(run(args.backend, args.n))
+    width = max(map(len, result), default=0)
+    for name, value in result.items():
+        print(f"{name:{width}} {value:8.3f}")
+    print(json.dumps(result))

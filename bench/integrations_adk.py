@@ -19,13 +19,10 @@ same two calls on another session, without the integration) show what the core c
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import uuid
 from typing import Any
 
-from common import MESSAGE, fresh_target, interleaved_p50
+from common import MESSAGE, fresh_target, interleaved_p50, script_main
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.integrations.google_adk import OpenSquillaSessionService
@@ -126,17 +123,5 @@ async def run(backend: str, n: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
-    parser.add_argument("-n", type=int, default=200)
-    args = parser.parse_args()
-    backend = "postgresql" if args.backend == "postgres" else "sqlite"
-    result = asyncio.run(run(backend, args.n))
-    for name, value in result.items():
-        print(f"{name:34} {value:8.3f}")
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    main()
+    script_main(__doc__, run, 200)

@@ -14,8 +14,6 @@ on both backends: the SDK's reference). Targets: ``add_items`` of 5 <= 1.5x
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import tempfile
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.memory import SQLiteSession
-from common import MESSAGE, fresh_target, interleaved_p50
+from common import MESSAGE, fresh_target, interleaved_p50, script_main
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.integrations.openai_agents import OpenSquillaSession
@@ -166,17 +164,5 @@ async def run(backend: str, n: int) -> dict[str, float]:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
-    parser.add_argument("-n", type=int, default=300)
-    args = parser.parse_args()
-    backend = "postgresql" if args.backend == "postgres" else "sqlite"
-    result = asyncio.run(run(backend, args.n))
-    for name, value in result.items():
-        print(f"{name:44} {value:8.3f}")
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    main()
+    script_main(__doc__, run, 300)

@@ -11,13 +11,10 @@ append, ``pop_message`` p50 <= 1.2x one append.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from common import MESSAGE, bulk_fill, fresh_target, interleaved_p50
+from common import MESSAGE, bulk_fill, fresh_target, interleaved_p50, script_main
 
 from opensquilla.session import SessionManager, SessionStorage
 
@@ -70,17 +67,5 @@ async def run(backend: str, n: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
-    parser.add_argument("-n", type=int, default=300)
-    args = parser.parse_args()
-    backend = "postgresql" if args.backend == "postgres" else "sqlite"
-    result = asyncio.run(run(backend, args.n))
-    for name, value in result.items():
-        print(f"{name:34} {value:8.3f}")
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    main()
+    script_main(__doc__, run, 300)
