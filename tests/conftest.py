@@ -47,14 +47,16 @@ SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"
 RUN_ALL_ENV = "OPENSQUILLA_TEST_ALL"
 # Session fixtures of tests/reliability/conftest.py that start processes: see _runs_here.
 POOLED_FIXTURES = frozenset({"spawn_pool", "sync_manager"})
-# The modules whose tests use them: one xdist work unit (PoolGroupScheduling).
-POOLED_MODULES = frozenset(
-    {
-        "tests/reliability/test_processes.py",
-        "tests/reliability/test_compaction_lease_processes.py",
-    }
-)
 POOLED_GROUP = "reliability"
+# Modules whose tests share one xdist worker, by group (PoolGroupScheduling): the tests that
+# use the pool above, and the wheel build's module (its module fixture builds once). The
+# controller sees node ids only, so a group is named here by module; an ``xdist_group``
+# marker on a test whose module is not listed is an error, never a silent no-op.
+ONE_WORKER_MODULES: dict[str, str] = {
+    "tests/reliability/test_processes.py": POOLED_GROUP,
+    "tests/reliability/test_compaction_lease_processes.py": POOLED_GROUP,
+    "tests/distribution/test_wheel.py": "distribution",
+}
 # Set before any storage is made, so that spawned workers inherit it too.
 os.environ.setdefault(SQLITE_SYNCHRONOUS_ENV, "OFF")
 
@@ -236,21 +238,31 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def _runs_here(item: pytest.Item, *, on_postgres: bool, run_all: bool) -> bool:
     other = "sqlite_only" if on_postgres else "postgres_only"
     if item.get_closest_marker(other) is not None:
         return False
-    if POOLED_FIXTURES & set(getattr(item, "fixturenames", ())):
-        # The reliability suite's warm process pool and its barrier manager are made once
-        # per pytest process: the tests that use them share one xdist worker (and one pool).
-        # The scheduler groups them by module (the controller sees node ids only), so a
-        # test that uses them elsewhere must have its module listed.
-        if item.nodeid.split("::", 1)[0] not in POOLED_MODULES:
-            raise pytest.UsageError(
-                f"{item.nodeid} uses {', '.join(sorted(POOLED_FIXTURES))}: add its module to "
-                "POOLED_MODULES in tests/conftest.py (one xdist worker runs them all)"
-            )
-        item.add_marker(pytest.mark.xdist_group(POOLED_GROUP))
+    # The reliability suite's warm process pool and its barrier manager are made once per
+    # pytest process: the tests that use them share one xdist worker (and one pool). The
+    # scheduler groups them by module (the controller sees node ids only), so a test that
+    # uses them elsewhere must have its module listed.
+    pooled = POOLED_FIXTURES & set(getattr(item, "fixturenames", ()))
+    if pooled and ONE_WORKER_MODULES.get(_module(item.nodeid)) != POOLED_GROUP:
+        raise pytest.UsageError(
+            f"{item.nodeid} uses {', '.join(sorted(POOLED_FIXTURES))}: add its module to "
+            f"ONE_WORKER_MODULES in tests/conftest.py as {POOLED_GROUP!r} (one xdist "
+            "worker runs them all)"
+        )
+    group = item.get_closest_marker("xdist_group")
+    if group is not None and _module(item.nodeid) not in ONE_WORKER_MODULES:
+        raise pytest.UsageError(
+            f"{item.nodeid} is marked xdist_group, which groups nothing under pytest 9: add "
+            "its module to ONE_WORKER_MODULES in tests/conftest.py instead"
+        )
     once = item.get_closest_marker("once")
     if once is not None and not run_all:
         return once.kwargs.get("backend", "sqlite") == ("postgresql" if on_postgres else "sqlite")
@@ -271,9 +283,8 @@ class PoolGroupScheduling(LoadGroupScheduling):
     worker while the other takes the single tests."""
 
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.split("::", 1)[0] in POOLED_MODULES:
-            return POOLED_GROUP
-        return super()._split_scope(nodeid)
+        group = ONE_WORKER_MODULES.get(_module(nodeid))
+        return group if group is not None else super()._split_scope(nodeid)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:

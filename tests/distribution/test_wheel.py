@@ -28,8 +28,9 @@ import pytest
 from opensquilla.session.db import migrate
 
 # Building the wheel and a virtualenv costs the same on any backend: once, on SQLite.
-# One xdist worker runs the module, so the module's build and environment are made once.
-pytestmark = [pytest.mark.once(backend="sqlite"), pytest.mark.xdist_group("distribution")]
+# One xdist worker runs the module (ONE_WORKER_MODULES in tests/conftest.py), so the
+# module's build and environment are made once.
+pytestmark = pytest.mark.once(backend="sqlite")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
