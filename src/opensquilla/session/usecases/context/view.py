@@ -65,7 +65,9 @@ async def context_view(uow: UnitOfWork, key: CanonicalKey, max_tokens: int) -> C
         before: tuple[int, int] | None = None
         batch = FIRST_BATCH
         while not truncated:
-            rows = await tx.transcript.live_tail(node.session_id, batch, before=before)
+            rows = await tx.transcript.live_tail(
+                node.session_id, batch, session_key=node.session_key, before=before
+            )
             for entry in reversed(rows):
                 size = entry_tokens(entry.__dict__)
                 if used + size > budget:
