@@ -39,6 +39,7 @@ from ..rows import (
 )
 from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
+from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
 from .fenced_append import (
     INSERT_COLUMNS,
@@ -141,10 +142,11 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
 
     async def owner_key(self, session_id: str) -> str | None:
         """The key of ``session_id``'s rows when no session row names it (orphan rows a
-        legacy database may hold): the live rows', else the archive's, else ``None``. Both
-        reads are by id alone, so they fan out under distribution (``listing``)."""
+        legacy database may hold): the live rows', else the archive's, else the summaries',
+        else ``None``. The reads are by id alone, so they fan out under distribution
+        (``listing``)."""
         with cross_session("listing"):
-            for table in (live, archive):
+            for table in (live, archive, summaries):
                 query = select(table.c.session_key).where(table.c.session_id == session_id)
                 found = (await self.conn.execute(query.limit(1))).scalar()
                 if found is not None:
