@@ -300,8 +300,10 @@ def _statement(prefix: str, operation: tuple[Any, ...]) -> Any:
     if kind == "move":
         session_id, compaction_id = operation[3]
         target = "NULL" if compaction_id is None else f"'{compaction_id}'"
+        # To another session: its id and its key (revision 0010 counts by both).
         return (
-            f"UPDATE {table} SET session_id = '{prefix}{session_id}', compaction_id = {target} "
+            f"UPDATE {table} SET session_id = '{prefix}{session_id}', "
+            f"session_key = 'agent:main:{prefix}{session_id}', compaction_id = {target} "
             f"WHERE {_where(prefix, group, operation[2])}"
         )
     if kind == "unlink":

@@ -267,6 +267,20 @@ async def test_upgrade_to_0002_never_rebuilds_sessions(
             f"add_column None {table} metadata"
             for table in ("transcript_entries", "compacted_transcript_entries")
         }
+        if backend.is_postgres:  # and 0010's keys (db/schema_compare.py)
+            later |= {
+                f"primary_key {table} (id) != (session_key, id)"
+                for table in (
+                    "transcript_entries",
+                    "compacted_transcript_entries",
+                    "session_summaries",
+                    "session_context_states",
+                )
+            }
+            later.add(
+                "unique_index uq_summaries_session_compaction_index (session_id, "
+                "compaction_index) != (session_key, session_id, compaction_index)"
+            )
         assert set((await migrate.check(storage.engine)).drift) == later
 
     ddl = [s for s in statements if s.startswith(("CREATE", "ALTER", "DROP", "INSERT INTO _"))]

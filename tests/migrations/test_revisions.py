@@ -20,6 +20,7 @@ from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import migrate
 from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.engine import create_engine
+from opensquilla.session.db.schema_compare import POSTGRES_PRIMARY_KEYS, POSTGRES_UNIQUE_INDEXES
 from opensquilla.session.errors import MigrationError
 from tests.helpers import run_alembic
 
@@ -104,6 +105,7 @@ def test_history_has_exactly_one_head() -> None:
 async def test_connect_on_empty_database_builds_the_whole_schema(empty_database: str) -> None:
     """A brand-new database reaches head through ``connect()`` alone: tables, legacy index
     names and the epoch guard."""
+    postgres = empty_database.startswith("postgresql")
     async with SessionStorage(empty_database) as storage:
         engine = storage.engine
         tables = await _table_names(engine)
@@ -116,7 +118,13 @@ async def test_connect_on_empty_database_builds_the_whole_schema(empty_database:
                 for index in await _inspect(engine, lambda insp, t=table: insp.get_indexes(t))
             }
             for name, shape in wanted.items():
+                if postgres and name in POSTGRES_UNIQUE_INDEXES:  # revision 0010's keys
+                    shape = (list(POSTGRES_UNIQUE_INDEXES[name]), True)
                 assert found.get(name) == shape, (table, name, found)
+        if postgres:
+            for table, key in POSTGRES_PRIMARY_KEYS.items():
+                primary = await _inspect(engine, lambda insp, t=table: insp.get_pk_constraint(t))
+                assert tuple(primary["constrained_columns"]) == key, (table, primary)
         assert await _epoch_guard_present(engine)
 
 

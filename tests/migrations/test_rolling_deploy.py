@@ -195,10 +195,6 @@ def test_a_release_from_before_the_version_table_runs_and_its_row_goes_later(
 
     result = _run_previous(release, database)
 
-    assert "refused" not in result, result
-    assert result["current"] == ["0002"]
-    assert result["contents"] == ["written by the new release", "written by the old release"]
-
     async def versions(table: str) -> list[str]:
         async with overview.unmigrated(database) as storage, storage.engine.connect() as conn:
             present = await conn.run_sync(lambda sync: sa.inspect(sync).has_table(table))
@@ -206,6 +202,20 @@ def test_a_release_from_before_the_version_table_runs_and_its_row_goes_later(
                 return []
             rows = await conn.execute(sa.text(f"SELECT version_num FROM {table}"))
             return sorted(row[0] for row in rows)
+
+    if database.startswith("postgresql"):
+        # Revision 0010's keys (session_key first) are not ones that release's 0001 knows:
+        # it refuses the tables before writing anything (docs/migrations.md#rolling-deploys).
+        refusal = str(result.get("refused"))
+        assert refusal.startswith("MigrationError"), result
+        assert "its primary key is (session_key, id), not (id)" in refusal
+        assert asyncio.run(versions(VERSION_TABLE)) == list(migrate.head_revisions())
+        assert asyncio.run(versions(SHARED_VERSION_TABLE)) == []
+        assert asyncio.run(overview.schema_report(database)).ok
+        return
+    assert "refused" not in result, result
+    assert result["current"] == ["0002"]
+    assert result["contents"] == ["written by the new release", "written by the old release"]
 
     assert asyncio.run(versions(VERSION_TABLE)) == list(migrate.head_revisions())
     assert asyncio.run(versions(SHARED_VERSION_TABLE)) == ["0002"]

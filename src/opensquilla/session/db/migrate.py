@@ -52,7 +52,12 @@ from .errors import translated_errors
 from .pg_schema import ensure_schema
 from .schema_compare import SEARCH_OBJECTS as SEARCH_OBJECTS
 from .schema_compare import compare_type as compare_type
-from .schema_compare import context_options, describe, drop_sqlite_pk_nullability
+from .schema_compare import (
+    context_options,
+    describe,
+    drop_sqlite_pk_nullability,
+    postgres_key_drift,
+)
 from .schema_compare import include_object as include_object
 from .schema_policy import POLICY_TABLE as POLICY_TABLE
 from .schema_policy import accept_newer_schema
@@ -302,6 +307,7 @@ def _check_sync(connection: Connection) -> SchemaStatus:
     diffs = script.upgrade_ops.as_diffs() if script.upgrade_ops is not None else []
     # Alembic's comparison counts an invalid index (a failed concurrent build) as present.
     invalid = [f"invalid_index {name}" for name in indexes.invalid_index_names(connection)]
+    invalid += postgres_key_drift(connection, schema_of(connection))
     return SchemaStatus(
         current=_current_sync(connection, known_revisions()),
         heads=head_revisions(),

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy.engine import Connection
 
 from .base import Base
 from .schema_policy import record_revision_policy
@@ -28,6 +30,73 @@ SEARCH_OBJECTS = frozenset(
         "idx_sessions_key_prefix",
     }
 )
+
+
+# What PostgreSQL has beyond the metadata since revision 0010 (docs/scaling.md): every key of
+# a session's rows leads with ``session_key``, the column a distributed PostgreSQL shards by
+# and a partitioned one partitions by. The metadata keeps SQLite's keys (its row ids are
+# ``INTEGER PRIMARY KEY AUTOINCREMENT``, which a composite key would lose), and Alembic does
+# not compare primary keys, so these are checked here (:func:`postgres_key_drift`), the
+# unique index by its columns instead of by Alembic's comparison.
+POSTGRES_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
+    "sessions": ("session_key",),
+    "transcript_entries": ("session_key", "id"),
+    "compacted_transcript_entries": ("session_key", "id"),
+    "session_summaries": ("session_key", "id"),
+    "session_context_states": ("session_key", "id"),
+    "session_archives": ("session_key", "id"),
+    "canonical_archive_counts": ("session_key", "id"),
+    "session_states": ("session_key",),
+    "compaction_leases": ("session_key",),
+}
+POSTGRES_UNIQUE_INDEXES: dict[str, tuple[str, ...]] = {
+    "uq_summaries_session_compaction_index": ("session_key", "session_id", "compaction_index"),
+}
+
+_KEY_QUERY = sa.text(
+    "SELECT cl.relname, array(SELECT a.attname::text FROM unnest(i.indkey) "
+    "WITH ORDINALITY AS k(attnum, n) JOIN pg_catalog.pg_attribute a "
+    "ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.n), i.indisprimary "
+    "FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class cl ON cl.oid = i.indrelid "
+    "JOIN pg_catalog.pg_class ix ON ix.oid = i.indexrelid "
+    "WHERE cl.relnamespace = to_regnamespace(coalesce(:schema, current_schema())) "
+    "AND (i.indisprimary OR ix.relname = ANY(:names))"
+)
+_INDEX_NAME_QUERY = sa.text(
+    "SELECT ix.relname, array(SELECT a.attname::text FROM unnest(i.indkey) "
+    "WITH ORDINALITY AS k(attnum, n) JOIN pg_catalog.pg_attribute a "
+    "ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.n) "
+    "FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ix ON ix.oid = i.indexrelid "
+    "WHERE ix.relnamespace = to_regnamespace(coalesce(:schema, current_schema())) "
+    "AND ix.relname = ANY(:names)"
+)
+
+
+def postgres_key_drift(connection: Connection, schema: str | None) -> list[str]:
+    """On PostgreSQL, the differences between the database's keys and
+    :data:`POSTGRES_PRIMARY_KEYS` / :data:`POSTGRES_UNIQUE_INDEXES` (tables absent are the
+    ordinary comparison's to report); elsewhere none."""
+    if connection.dialect.name != "postgresql":
+        return []
+    names = list(POSTGRES_UNIQUE_INDEXES)
+    params = {"schema": schema, "names": names}
+    primary = {
+        str(table): tuple(columns)
+        for table, columns, is_primary in connection.execute(_KEY_QUERY, params)
+        if is_primary
+    }
+    drift = [
+        f"primary_key {table} ({', '.join(primary[table])}) != ({', '.join(wanted)})"
+        for table, wanted in POSTGRES_PRIMARY_KEYS.items()
+        if table in primary and primary[table] != wanted
+    ]
+    found = {str(n): tuple(c) for n, c in connection.execute(_INDEX_NAME_QUERY, params)}
+    drift += [
+        f"unique_index {name} ({', '.join(found[name])}) != ({', '.join(wanted)})"
+        for name, wanted in POSTGRES_UNIQUE_INDEXES.items()
+        if name in found and found[name] != wanted
+    ]
+    return drift
 
 
 def include_object(
@@ -58,6 +127,15 @@ _SQLITE_AFFINITY = {
     "DOUBLE": "REAL",
     "DOUBLE PRECISION": "REAL",
 }
+
+
+def _include_postgres_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """:func:`include_object`, PostgreSQL's keys left to :func:`postgres_key_drift`."""
+    if type_ == "index" and name in POSTGRES_UNIQUE_INDEXES:
+        return False
+    return include_object(obj, name, type_, reflected, compare_to)
 
 
 def _affinity(type_: Any, dialect: Any) -> str | None:
@@ -118,7 +196,9 @@ def context_options(dialect_name: str, schema: str | None) -> dict[str, Any]:
         **version_options(schema),
         "target_metadata": Base.metadata,
         "render_as_batch": dialect_name == "sqlite",
-        "include_object": include_object,
+        "include_object": (
+            _include_postgres_object if dialect_name == "postgresql" else include_object
+        ),
         "compare_type": compare_type,
         "process_revision_directives": drop_sqlite_pk_nullability,
         "on_version_apply": record_revision_policy,

@@ -52,12 +52,16 @@ from ..tables import transcript_entries as live
 LIVE_ORDER = (live.c.created_at.asc(), live.c.id.asc())
 
 # Revision 0007: one row per (session_id, compaction_id) group of the archive (NULL a group
-# of its own), kept exact by triggers on the archive; the store only reads it. Not one of
-# the five tables: its own metadata, so export, import and the drift check never see it.
+# of its own; 0010: per session_key too), kept exact by triggers on the archive; the store
+# only reads it. Not one of the five tables: its own metadata, so export, import and the
+# drift check never see it.
 archive_counts = Table(
     "canonical_archive_counts",
     MetaData(),
     Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True),
+    # Revision 0010: the groups are (session_key, session_id, compaction_id), so a read
+    # carries the key like every statement on a session's rows (docs/scaling.md).
+    Column("session_key", Text, nullable=False),
     Column("session_id", Text, nullable=False),
     Column("compaction_id", Text),
     Column("archived", BigInteger, nullable=False),
