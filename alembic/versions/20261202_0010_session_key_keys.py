@@ -77,7 +77,11 @@ NEW_KEY = ("session_key", "id")
 OLD_KEY = ("id",)
 SUMMARY_INDEX = "uq_summaries_session_compaction_index"
 SUMMARY_TABLE = "session_summaries"
-SUMMARY_COLUMNS = ("session_key", "session_id", "compaction_index")
+# PostgreSQL indexes the ids by their md5 beside the key: at the longest key and ids the store
+# allows (512 and 256 characters of up to 4 bytes) the key and the ids together would pass
+# btree's 2,704-byte entry limit, and the write would fail. Two ids with one md5 would share a
+# compaction index, or a row of counts; nothing else tells ids apart here.
+SUMMARY_COLUMNS = ("session_key", "md5(session_id)", "compaction_index")
 OLD_SUMMARY_COLUMNS = ("session_id", "compaction_index")
 
 COUNTS = "canonical_archive_counts"
@@ -87,6 +91,8 @@ UNFILED_INDEX = "uq_canonical_archive_counts_unfiled"
 FUNCTION = "opensquilla_canonical_archive_counts"
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _GROUP = ("session_key", "session_id", "compaction_id")
+_PG_GROUP = "session_key, md5(session_id), md5(compaction_id)"
+_PG_UNFILED = "session_key, md5(session_id)"
 
 # -- the counts, keyed: revision 0007's triggers with session_key in every group ------------
 
@@ -149,13 +155,13 @@ def _pg_delta(*sides: tuple[str, int]) -> str:
         f"filed AS (INSERT INTO {COUNTS} AS c ({_COLS}, archived, unlinked) "
         f"SELECT {_COLS}, archived, unlinked FROM delta "
         f"WHERE compaction_id IS NOT NULL ORDER BY {_COLS} "
-        f"ON CONFLICT ({_COLS}) DO UPDATE "
+        f"ON CONFLICT ({_PG_GROUP}) DO UPDATE "
         "SET archived = c.archived + excluded.archived, "
         "unlinked = c.unlinked + excluded.unlinked) "
         f"INSERT INTO {COUNTS} AS c ({_COLS}, archived, unlinked) "
         f"SELECT {_COLS}, archived, unlinked FROM delta "
         "WHERE compaction_id IS NULL ORDER BY session_key, session_id "
-        "ON CONFLICT (session_key, session_id) WHERE compaction_id IS NULL DO UPDATE "
+        f"ON CONFLICT ({_PG_UNFILED}) WHERE compaction_id IS NULL DO UPDATE "
         "SET archived = c.archived + excluded.archived, "
         "unlinked = c.unlinked + excluded.unlinked;"
     )
@@ -218,6 +224,7 @@ def _create_counts_sqlite() -> None:
 
 
 def _create_counts_indexes() -> None:
+    """SQLite's unique indexes of the counts (PostgreSQL indexes the ids by md5)."""
     op.create_index(GROUP_INDEX, COUNTS, list(_GROUP), unique=True)
     unfiled = sa.text("compaction_id IS NULL")
     op.create_index(
@@ -256,7 +263,11 @@ def _key_counts_postgres(bind: sa.engine.Connection | None) -> None:
     op.execute(f"ALTER TABLE {COUNTS} ALTER COLUMN session_key SET NOT NULL")
     op.execute(f"DROP INDEX {GROUP_INDEX}")
     op.execute(f"DROP INDEX {UNFILED_INDEX}")
-    _create_counts_indexes()
+    op.execute(f"CREATE UNIQUE INDEX {GROUP_INDEX} ON {COUNTS} ({_PG_GROUP})")
+    op.execute(
+        f"CREATE UNIQUE INDEX {UNFILED_INDEX} ON {COUNTS} ({_PG_UNFILED}) "
+        "WHERE compaction_id IS NULL"
+    )
     name = op.f(f"pk_{COUNTS}") if bind is None else _primary_key(bind, COUNTS)[0]
     op.execute(
         f"ALTER TABLE {COUNTS} DROP CONSTRAINT {name}, "
@@ -312,12 +323,12 @@ def _primary_key(bind: sa.engine.Connection, table: str) -> tuple[str, tuple[str
 
 
 def _index_columns(bind: sa.engine.Connection, name: str) -> tuple[str, ...] | None:
-    """A valid index's key columns in order, ``None`` when there is no such valid index."""
+    """A valid index's key elements in order (a column's name, or an expression as
+    PostgreSQL prints it), ``None`` when there is no such valid index."""
     row = bind.execute(
         sa.text(
-            "SELECT i.indisvalid, array(SELECT a.attname::text FROM unnest(i.indkey) "
-            "WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = k.attnum ORDER BY k.n) "
+            "SELECT i.indisvalid, array(SELECT pg_get_indexdef(i.indexrelid, n, true) "
+            "FROM generate_series(1, i.indnkeyatts) AS n ORDER BY n) "
             "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "WHERE c.relname = :name AND pg_catalog.pg_table_is_visible(c.oid)"
         ),
@@ -425,7 +436,9 @@ def upgrade() -> None:
                 f"ADD CONSTRAINT {pk} PRIMARY KEY ({', '.join(NEW_KEY)})"
             )
         op.execute(f"DROP INDEX {SUMMARY_INDEX}")
-        op.create_index(SUMMARY_INDEX, SUMMARY_TABLE, list(SUMMARY_COLUMNS), unique=True)
+        op.execute(
+            f"CREATE UNIQUE INDEX {SUMMARY_INDEX} ON {SUMMARY_TABLE} ({', '.join(SUMMARY_COLUMNS)})"
+        )
         return
     with op.get_context().autocommit_block():
         _swap_summary_index(op.get_bind())

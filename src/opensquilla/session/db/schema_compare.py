@@ -50,7 +50,13 @@ POSTGRES_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "compaction_leases": ("session_key",),
 }
 POSTGRES_UNIQUE_INDEXES: dict[str, tuple[str, ...]] = {
-    "uq_summaries_session_compaction_index": ("session_key", "session_id", "compaction_index"),
+    # The id by its md5: at the longest key and id the store allows (512 and 256 characters
+    # of up to 4 bytes), the key and the id together pass btree's 2,704-byte entry limit.
+    "uq_summaries_session_compaction_index": (
+        "session_key",
+        "md5(session_id)",
+        "compaction_index",
+    ),
 }
 
 _KEY_QUERY = sa.text(
@@ -62,10 +68,10 @@ _KEY_QUERY = sa.text(
     "WHERE cl.relnamespace = to_regnamespace(coalesce(:schema, current_schema())) "
     "AND (i.indisprimary OR ix.relname = ANY(:names))"
 )
+# Each key element as PostgreSQL prints it: a column's name, or an expression (``md5(...)``).
 _INDEX_NAME_QUERY = sa.text(
-    "SELECT ix.relname, array(SELECT a.attname::text FROM unnest(i.indkey) "
-    "WITH ORDINALITY AS k(attnum, n) JOIN pg_catalog.pg_attribute a "
-    "ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.n) "
+    "SELECT ix.relname, array(SELECT pg_catalog.pg_get_indexdef(i.indexrelid, n, true) "
+    "FROM generate_series(1, i.indnkeyatts) AS n ORDER BY n) "
     "FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ix ON ix.oid = i.indexrelid "
     "WHERE ix.relnamespace = to_regnamespace(coalesce(:schema, current_schema())) "
     "AND ix.relname = ANY(:names)"
