@@ -43,6 +43,7 @@ from opensquilla.session import SessionManager, SessionStorage
 from .pg_pool import PostgresDatabases
 
 DATABASE_URL_ENV = "OPENSQUILLA_TEST_DATABASE_URL"
+PG_LAYOUT_ENV = "OPENSQUILLA_TEST_PG_LAYOUT"
 SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"
 RUN_ALL_ENV = "OPENSQUILLA_TEST_ALL"
 # Session fixtures of tests/reliability/conftest.py that start processes: see _runs_here.
@@ -111,6 +112,15 @@ class Backend:
     def is_postgres(self) -> bool:
         return self.name == "postgresql"
 
+    @property
+    def layout(self) -> str | None:
+        """The layout of the migrated databases (``$OPENSQUILLA_TEST_PG_LAYOUT``; PostgreSQL)."""
+        return (os.environ.get(PG_LAYOUT_ENV) or "").strip() or None if self.is_postgres else None
+
+    @property
+    def partitioned(self) -> bool:
+        return (self.layout or "plain").startswith("partitioned")
+
     # -- Postgres helpers -------------------------------------------------------------
     async def admin(self) -> asyncpg.Connection:
         assert self.admin_url is not None
@@ -124,7 +134,9 @@ class Backend:
     async def prepare_template(self) -> None:
         if self.databases is not None:
             self.template = await self.databases.take(migrated=False, durable=True)
-            storage = SessionStorage(self.target_for(self.template))
+            # OPENSQUILLA_TEST_PG_LAYOUT=partitioned:8: every migrated database the suite
+            # hands out is hash-partitioned (nox -s "tests(postgres-partitioned)").
+            storage = SessionStorage(self.target_for(self.template), layout=self.layout)
         else:
             self.template = str(self.workdir / "template.db")
             storage = SessionStorage(self.template)

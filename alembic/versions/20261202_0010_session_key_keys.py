@@ -57,6 +57,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from opensquilla.session.db import layout
 from opensquilla.session.errors import MigrationError
 
 revision: str = "0010"
@@ -217,7 +218,7 @@ def _create_counts_table(postgres: bool) -> None:
         # BIGSERIAL, as 0007's; the key leads with session_key.
         columns[0] = sa.Column("id", ID, nullable=False, autoincrement=True)
         columns.append(sa.PrimaryKeyConstraint(*NEW_KEY, name=op.f(f"pk_{COUNTS}")))
-    op.create_table(COUNTS, *columns)
+    layout.create_table(None if context.is_offline_mode() else op.get_bind(), COUNTS, *columns)
     op.create_index(GROUP_INDEX, COUNTS, list(_GROUP), unique=True)
     unfiled = sa.text("compaction_id IS NULL")
     op.create_index(
