@@ -127,6 +127,8 @@ def bench(session: nox.Session) -> None:
             str(out / f"{backend}.json"),
             env={"BENCH_POSTGRES_URL": url},
         )
+    # The partitioned layout against the plain one (docs/scaling.md), 10,000 entries.
+    session.run("python", "bench/partitioned.py", "--quick", env={"BENCH_POSTGRES_URL": url})
 
 
 @nox.session

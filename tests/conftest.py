@@ -233,6 +233,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "plain_layout: a behaviour of the plain layout only (a downgrade below revision 0010, "
+        "the global unique session id, keys or columns changed in place, a concurrent index "
+        "repair); deselected, not skipped, when the databases are partitioned "
+        "(OPENSQUILLA_TEST_PG_LAYOUT, docs/scaling.md#the-partitioned-layout)",
+    )
+    config.addinivalue_line(
+        "markers",
         "durable: checks what survives a kill or a crash, so its databases keep the "
         "store's own durability (SQLite synchronous=FULL, PostgreSQL's synchronous_commit)",
     )
@@ -251,6 +258,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def _runs_here(item: pytest.Item, *, on_postgres: bool, run_all: bool) -> bool:
     other = "sqlite_only" if on_postgres else "postgres_only"
     if item.get_closest_marker(other) is not None:
+        return False
+    partitioned = on_postgres and (os.environ.get(PG_LAYOUT_ENV) or "").strip() not in ("", "plain")
+    if partitioned and item.get_closest_marker("plain_layout") is not None:
         return False
     if POOLED_FIXTURES & set(getattr(item, "fixturenames", ())):
         # The reliability suite's warm process pool and its barrier manager are made once

@@ -42,3 +42,14 @@ def test_layout_values(text: str, expected: layout.Layout) -> None:
 def test_a_bad_layout_is_refused_by_name(value: object) -> None:
     with pytest.raises(ConfigurationError, match="layout must be"):
         SessionStorage("postgresql://postgres@127.0.0.1:5432/none", layout=value)  # type: ignore[arg-type]
+
+
+async def test_the_environment_leaves_sqlite_plain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(layout.LAYOUT_ENV, "partitioned:4")  # a PostgreSQL default only
+    async with SessionStorage(tmp_path / "s.db") as storage:
+        assert storage.backend == "sqlite"
+    monkeypatch.setenv(layout.LAYOUT_ENV, "partitioned:0")
+    with pytest.raises(ConfigurationError, match="OPENSQUILLA_SESSION_LAYOUT must be"):
+        SessionStorage(tmp_path / "s.db")

@@ -167,12 +167,10 @@ class StorageLifecycle:
             # ``schema``: PostgreSQL only, the store's tables in that schema (db/pg_schema.py).
             self._target = with_schema(parse_target(target), schema)  # type: ignore[arg-type]
             self._app_engine = None
-        if (
-            self._layout is not None
-            and self._layout.partitioned
-            and self._target.backend != "postgresql"
-        ):
-            raise ConfigurationError(f"layout {self._layout} needs PostgreSQL; SQLite is plain")
+        if self._layout is not None and self._target.backend != "postgresql":
+            if self._layout.partitioned and not self._layout.soft:
+                raise ConfigurationError(f"layout {self._layout} needs PostgreSQL; SQLite is plain")
+            self._layout = None  # SQLite has one layout ($OPENSQUILLA_SESSION_LAYOUT: PG's)
         self._engine_options = check_engine_options(
             engine_options, backend=self._target.backend, memory=self._target.memory
         )
