@@ -42,6 +42,7 @@ from opensquilla.session import SessionManager, SessionStorage
 
 from .pg_pool import PostgresDatabases
 
+pytest_plugins = ["tests.statement_audit"]  # every child-table statement carries session_key
 DATABASE_URL_ENV = "OPENSQUILLA_TEST_DATABASE_URL"
 PG_LAYOUT_ENV = "OPENSQUILLA_TEST_PG_LAYOUT"
 SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"

@@ -204,21 +204,21 @@ BACKFILL = (
 )
 
 
-def _create_counts_table(postgres: bool) -> None:
-    """The keyed counts table and its unique indexes (no rows)."""
-    columns = [
-        sa.Column("id", ID, primary_key=not postgres, autoincrement=True),
+def _create_counts_sqlite() -> None:
+    """SQLite: the keyed counts table, its unique indexes and its triggers (no rows)."""
+    op.create_table(
+        COUNTS,
+        sa.Column("id", ID, primary_key=True, autoincrement=True),
         sa.Column("session_key", sa.Text(), nullable=False),
         sa.Column("session_id", sa.Text(), nullable=False),
         sa.Column("compaction_id", sa.Text(), nullable=True),
         sa.Column("archived", sa.BigInteger(), nullable=False),
         sa.Column("unlinked", sa.BigInteger(), nullable=False),
-    ]
-    if postgres:
-        # BIGSERIAL, as 0007's; the key leads with session_key.
-        columns[0] = sa.Column("id", ID, nullable=False, autoincrement=True)
-        columns.append(sa.PrimaryKeyConstraint(*NEW_KEY, name=op.f(f"pk_{COUNTS}")))
-    layout.create_table(None if context.is_offline_mode() else op.get_bind(), COUNTS, *columns)
+    )
+    _create_counts_indexes()
+
+
+def _create_counts_indexes() -> None:
     op.create_index(GROUP_INDEX, COUNTS, list(_GROUP), unique=True)
     unfiled = sa.text("compaction_id IS NULL")
     op.create_index(
@@ -231,19 +231,68 @@ def _create_counts_table(postgres: bool) -> None:
     )
 
 
-def _create_counts_triggers(postgres: bool) -> None:
-    if postgres:
-        op.execute(PG_FUNCTION)
-        for name, event in PG_TRIGGERS.items():
-            op.execute(f"DROP TRIGGER IF EXISTS {name} ON {ARCHIVE}")
+def _key_counts_postgres(bind: sa.engine.Connection | None) -> None:
+    """The counts keyed in place, in the migration transaction: the column added (no
+    rewrite), the function replaced, the rows recomputed, then the column made NOT NULL and
+    the unique indexes and the key rebuilt on the small table. The counts table stays locked
+    until the commit, so an archive write (its trigger writes the counts) waits for the
+    recomputation; the archive itself is only read, and its triggers are left in place
+    (they call the function by name), so no lock is taken on it beyond the read."""
+    keyed = _counts_keyed(bind)
+    if not keyed:
+        op.execute(f"ALTER TABLE {COUNTS} ADD COLUMN session_key TEXT")
+    op.execute(PG_FUNCTION)
+    # A script's database has 0007's triggers; online, any missing one is made again.
+    present = set(PG_TRIGGERS) if bind is None else _pg_triggers(bind)
+    for name, event in PG_TRIGGERS.items():
+        if name not in present:
             op.execute(
                 f"CREATE TRIGGER {name} {event.format(archive=ARCHIVE)} "
                 f"FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}()"
             )
-    else:
-        for name, ddl in SQLITE_TRIGGERS.items():
-            op.execute(f"DROP TRIGGER IF EXISTS {name}")
-            op.execute(ddl)
+    op.execute(f"DELETE FROM {COUNTS}")
+    op.execute(BACKFILL)
+    if keyed:
+        return
+    op.execute(f"ALTER TABLE {COUNTS} ALTER COLUMN session_key SET NOT NULL")
+    op.execute(f"DROP INDEX {GROUP_INDEX}")
+    op.execute(f"DROP INDEX {UNFILED_INDEX}")
+    _create_counts_indexes()
+    name = op.f(f"pk_{COUNTS}") if bind is None else _primary_key(bind, COUNTS)[0]
+    op.execute(
+        f"ALTER TABLE {COUNTS} DROP CONSTRAINT {name}, "
+        f"ADD CONSTRAINT {name} PRIMARY KEY ({', '.join(NEW_KEY)})"
+    )
+
+
+def _partition_counts(bind: sa.engine.Connection) -> None:
+    """A new partitioned database (db/layout.py): 0007's counts table, empty as every table
+    of it is, made again keyed and partitioned by session_key (0007's triggers stay: they
+    call the function by name)."""
+    op.execute(f"DROP TABLE {COUNTS}")
+    layout.create_table(
+        bind,
+        COUNTS,
+        sa.Column("id", ID, nullable=False, autoincrement=True),
+        sa.Column("session_key", sa.Text(), nullable=False),
+        sa.Column("session_id", sa.Text(), nullable=False),
+        sa.Column("compaction_id", sa.Text(), nullable=True),
+        sa.Column("archived", sa.BigInteger(), nullable=False),
+        sa.Column("unlinked", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(*NEW_KEY, name=op.f(f"pk_{COUNTS}")),
+    )
+    _create_counts_indexes()
+
+
+def _pg_triggers(bind: sa.engine.Connection) -> set[str]:
+    rows = bind.execute(
+        sa.text(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = CAST(:table AS regclass) "
+            "AND NOT tgisinternal"
+        ),
+        {"table": ARCHIVE},
+    )
+    return {str(name) for (name,) in rows}
 
 
 def _drop_counts(postgres: bool) -> None:
@@ -373,16 +422,26 @@ def upgrade() -> None:
     postgres = op.get_context().dialect.name == "postgresql"
     offline = context.is_offline_mode()
     bind = None if offline else op.get_bind()
-    if not _counts_keyed(bind):
-        _drop_counts(postgres)
-        _create_counts_table(postgres)
-    # The triggers and the counts, whoever created the table (0007 leaves a keyed one alone:
-    # a replay, or a partitioned database created keyed), then recomputed, as 0007 does.
-    _create_counts_triggers(postgres)
-    op.execute(f"DELETE FROM {COUNTS}")
-    op.execute(BACKFILL)
     if not postgres:
+        # One transaction (BEGIN IMMEDIATE): the derived table rebuilt keyed, its triggers
+        # made again whoever created it (0007 leaves a keyed one alone: a replay), and the
+        # counts recomputed, as 0007 does.
+        if not _counts_keyed(bind):
+            _drop_counts(postgres)
+            _create_counts_sqlite()
+        for name, ddl in SQLITE_TRIGGERS.items():
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
+            op.execute(ddl)
+        op.execute(f"DELETE FROM {COUNTS}")
+        op.execute(BACKFILL)
         return
+    if (
+        bind is not None
+        and layout.active(bind).partitioned
+        and not layout.is_partitioned(bind, COUNTS)
+    ):
+        _partition_counts(bind)
+    _key_counts_postgres(bind)
     if offline:
         # A script is for an empty database: plain statements, one transaction.
         for table in KEYED_TABLES:

@@ -87,11 +87,27 @@ OPERATIONS: dict[str, Callable[[SessionManager], Awaitable[Any]]] = {
 }
 
 
-# Until every statement on a session's child rows carries session_key (issue 30 item 2, the
-# statement work on db/repos/*), most select by session_id alone and PostgreSQL scans every
-# partition: strict, so the mark goes the moment they route to one.
-@pytest.mark.xfail(strict=True, reason="statements by session_id alone scan every partition")
-@pytest.mark.parametrize("name", list(OPERATIONS))
+# Routed to one partition already: the recent tail and the context view. The others still
+# run statements on a session's child rows by session_id alone (issue 30's statement work,
+# db/repos/*, not finished), which PostgreSQL cannot prune: strict, so each mark goes the
+# moment its operation routes to one partition.
+NOT_YET_KEYED = frozenset({"append", "transcript page", "compaction", "reset", "fork"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(
+                strict=True, reason="statements by session_id alone scan every partition"
+            ),
+        )
+        if name in NOT_YET_KEYED
+        else name
+        for name in OPERATIONS
+    ],
+)
 async def test_one_sessions_statements_each_touch_one_partition(
     partitioned: str, name: str
 ) -> None:

@@ -194,8 +194,8 @@ async def test_one_snapshot_across_a_concurrent_compaction(
     latest = SummaryRepository.latest
     fired: list[int] = []
 
-    async def latest_then_compact(self: SummaryRepository, session_id: str) -> Any:
-        found = await latest(self, session_id)
+    async def latest_then_compact(self: SummaryRepository, session_id: str, **kw: Any) -> Any:
+        found = await latest(self, session_id, **kw)
         if not fired:
             fired.append(1)
             other = SessionManager(storage, inject_time_prefix=False)

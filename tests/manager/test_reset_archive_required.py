@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,7 +164,7 @@ def _fail_after_publishing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fail_mid_delete(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def refuse(self: SummaryRepository, session_id: str) -> int:
+    async def refuse(self: SummaryRepository, session_id: str, **_: Any) -> int:
         raise RuntimeError("the transaction fails between two deletes")
 
     monkeypatch.setattr(SummaryRepository, "delete_for_session", refuse)

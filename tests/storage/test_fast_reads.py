@@ -124,7 +124,9 @@ async def test_reads_larger_than_a_partition_keep_every_row_in_order(
     assert [e.content for e in entries] == [f"m{i}" for i in range(7)]
     assert [e.tool_calls for e in entries] == [[{"i": i}] if i % 2 else None for i in range(7)]
     async with storage.engine.connect() as conn:
-        reference = await TranscriptRepository(conn).list_live(node.session_id)
+        reference = await TranscriptRepository(conn).list_live(
+            node.session_id, session_key=node.session_key
+        )
     assert entries == reference
 
 

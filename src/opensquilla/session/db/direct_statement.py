@@ -39,6 +39,7 @@ from sqlalchemy.sql.sqltypes import TupleType
 from sqlalchemy.util.concurrency import is_exit_exception
 
 from ..errors import DatabaseUnavailableError
+from .statement_watch import DIRECT_AUDITORS
 
 # The drivers whose DBAPI adapters this module knows (what their execution contexts do
 # around a statement is done here too); any other takes the Connection path.
@@ -246,6 +247,8 @@ def first_row(
                 # Connection's error handling.
                 cursor = fairy.cursor()
                 _before_execute(dialect, cursor)
+                for audit in DIRECT_AUDITORS:  # none outside the test suite
+                    audit(plan.sql)
                 dialect.do_execute(cursor, plan.sql, values, None)
                 row = cursor.fetchone()
             except dbapi_error as exc:

@@ -257,6 +257,15 @@ def create_index(
     op.create_index(name, table, columns, unique=unique, **options)
 
 
+def is_partitioned(connection: Connection, table: str) -> bool:
+    """Whether ``table`` is a partitioned parent (PostgreSQL's ``relkind = 'p'``)."""
+    kind = connection.scalar(
+        sa.text("SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = to_regclass(:t)"),
+        {"t": table},
+    )
+    return bool(kind == "p")
+
+
 def concurrent_indexes(connection: Connection | None) -> bool:
     """Whether a revision may build its indexes ``CONCURRENTLY`` (not on a partitioned
     database, where its tables are partitioned parents)."""

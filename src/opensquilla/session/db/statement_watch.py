@@ -33,6 +33,11 @@ CONNECTION_EVENTS = (
 # other one sends the statement through the Connection, which fires these events.
 QUIET_EVENTS = ("begin", "engine_connect", "rollback")
 _OWN_LISTENERS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+# Statement auditors (the test suite's, tests/statement_audit.py): a ``before_cursor_execute``
+# listener registered with :func:`add_auditor` leaves the statement on the direct path, which
+# hands it each statement's SQL itself (:data:`DIRECT_AUDITORS`).
+_AUDIT_LISTENERS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+DIRECT_AUDITORS: list[Callable[[str], None]] = []
 DIALECT_EVENTS = ("handle_error", "do_execute")  # ``event.listen(engine, ...)`` puts them here
 
 
@@ -48,9 +53,11 @@ def statements_watched(engine: Engine) -> bool:
     lookup builds and walks a joined collection, which cost more than the rest of this
     check (bench/RESULTS.md, 2026-12-02)."""
     own = _OWN_LISTENERS
+    auditors = _AUDIT_LISTENERS
     for dispatch in _plain_dispatches(engine):
         for name in CONNECTION_EVENTS:
-            if getattr(dispatch, name):
+            listeners = getattr(dispatch, name)
+            if listeners and (not auditors or any(fn not in auditors for fn in listeners)):
                 return True
         for name in QUIET_EVENTS:
             listeners = getattr(dispatch, name)
@@ -89,6 +96,19 @@ def own_listeners(*listeners: Callable[..., Any]) -> None:
     """Mark ``listeners`` (on a :data:`QUIET_EVENTS` event) as the store's own: they
     leave the statement on the direct path."""
     _OWN_LISTENERS.update(listeners)
+
+
+def add_auditor(listener: Callable[..., Any], direct: Callable[[str], None]) -> None:
+    """Mark ``listener`` (on ``before_cursor_execute``) as a statement auditor: it leaves
+    the statement on the direct path, which calls ``direct`` with each statement's SQL."""
+    _AUDIT_LISTENERS.add(listener)
+    DIRECT_AUDITORS.append(direct)
+
+
+def remove_auditor(listener: Callable[..., Any], direct: Callable[[str], None]) -> None:
+    _AUDIT_LISTENERS.discard(listener)
+    if direct in DIRECT_AUDITORS:
+        DIRECT_AUDITORS.remove(direct)
 
 
 def view_listeners(view: Engine, base: Engine) -> list[Callable[..., Any]]:

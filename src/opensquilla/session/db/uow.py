@@ -60,6 +60,7 @@ from .repos.states import ScopeStateRepository, SessionStateRepository
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
+from .routing import store_statements
 from .statement_watch import own_listeners, statements_watched, view_listeners
 from .uow_slots import discard_cancelled, not_interrupted, pool_slots
 
@@ -262,9 +263,10 @@ class UnitOfWork:
         and the error translation as every write unit of work has them."""
         self._check_loop()
         async with self._locked(self._write_lock), self._pool_slot(), translated_errors():
-            return await not_interrupted(
-                greenlet_spawn(_run_on_connection, self._single.sync_engine, work)
-            )
+            with store_statements():
+                return await not_interrupted(
+                    greenlet_spawn(_run_on_connection, self._single.sync_engine, work)
+                )
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Transaction]:
@@ -295,6 +297,12 @@ class UnitOfWork:
 
     @contextlib.asynccontextmanager
     async def _connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+        with store_statements():
+            async with self._connection_of(engine) as conn:
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def _connection_of(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         async with self._pool_slot(), translated_errors():
             conn = engine.connect()
             try:

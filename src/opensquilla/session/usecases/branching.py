@@ -179,7 +179,9 @@ async def _record_lineage(
     coverage = await tx.transcript.coverage(parent.session_id)
     copied = 0
     if fork == "full" and not coverage.canonical_complete:
-        copied = len(await tx.summaries.text_lengths(parent.session_id))
+        copied = len(
+            await tx.summaries.text_lengths(parent.session_id, session_key=parent.session_key)
+        )
     set_lineage(child, coverage, fork, copied)
 
 
@@ -207,7 +209,9 @@ async def _fill(
                 )
         tokens = await tx.transcript.token_sum_before(parent.session_id, position)
         if fork == "full":
-            lengths = await tx.summaries.text_lengths(parent.session_id)
+            lengths = await tx.summaries.text_lengths(
+                parent.session_id, session_key=parent.session_key
+            )
             tokens += sum(estimate_tokens_for_length(n) for n in lengths)
         copy = max_fork_tokens is None or tokens <= max_fork_tokens
     child.forked_from_parent = copy

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..db.uow import UnitOfWork
+from ..db.uow import Transaction, UnitOfWork
 from ..keys import CanonicalKey
 from ..models import TranscriptEntry
 from .generations import GenerationCache
@@ -26,7 +26,9 @@ async def recent_transcript(
     """The newest ``n`` live rows of the current generation, oldest first."""
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        return await tx.transcript.live_tail(node.session_id, n) if n else []
+        if not n:
+            return []
+        return await tx.transcript.live_tail(node.session_id, n, session_key=node.session_key)
 
 
 async def canonical_entry(
@@ -46,7 +48,9 @@ async def read_transcript(
     (``model_dump(mode="json")`` of each entry), the first ``limit`` rows when given."""
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        entries = await tx.transcript.list_live(node.session_id, limit=limit)
+        entries = await tx.transcript.list_live(
+            node.session_id, session_key=node.session_key, limit=limit
+        )
     return [entry.model_dump(mode="json") for entry in entries]
 
 
@@ -86,12 +90,26 @@ async def _current(
 # -- by session id (the storage's rows) -------------------------------------------------
 
 
+async def owner_key(tx: Transaction, session_id: str) -> str | None:
+    """The key a by-id read carries (docs/scaling.md#keys-and-statements): the session's
+    whose generation ``session_id`` is, else (orphan rows, their session row gone) the
+    rows' own; ``None`` when nothing carries the id. One lookup by id, which fans out to
+    every shard under distribution; the by-key reads need none."""
+    key = await tx.sessions.key_of(session_id)
+    return key if key is not None else await tx.transcript.owner_key(session_id)
+
+
 async def live_rows(
     uow: UnitOfWork, session_id: str, limit: int | None, offset: int
 ) -> list[TranscriptEntry]:
     """Live rows of one generation, ``ORDER BY created_at ASC, id ASC``, paginated."""
     async with uow.read() as tx:
-        return await tx.transcript.list_live(session_id, limit=limit, offset=offset)
+        key = await owner_key(tx, session_id)
+        if key is None:
+            return []
+        return await tx.transcript.list_live(
+            session_id, session_key=key, limit=limit, offset=offset
+        )
 
 
 async def canonical_rows(
@@ -104,7 +122,8 @@ async def canonical_rows(
 
 async def live_count(uow: UnitOfWork, session_id: str) -> int:
     async with uow.read() as tx:
-        return await tx.transcript.count_live(session_id)
+        key = await owner_key(tx, session_id)
+        return 0 if key is None else await tx.transcript.count_live(session_id, session_key=key)
 
 
 async def recent_rows(uow: UnitOfWork, session_id: str, n: int) -> list[TranscriptEntry]:
@@ -112,7 +131,8 @@ async def recent_rows(uow: UnitOfWork, session_id: str, n: int) -> list[Transcri
     if n == 0:
         return []
     async with uow.read() as tx:
-        return await tx.transcript.live_tail(session_id, n)
+        key = await owner_key(tx, session_id)
+        return [] if key is None else await tx.transcript.live_tail(session_id, n, session_key=key)
 
 
 async def canonical_row(

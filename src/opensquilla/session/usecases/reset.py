@@ -158,7 +158,7 @@ async def start_generation(
                 if file is not None:
                     archive.staged.append(file)
         await tx.transcript.delete_all(old_id)
-        await tx.summaries.delete_for_session(old_id)
+        await tx.summaries.delete_for_session(old_id, session_key=current.session_key)
         await tx.states.invalidate(key, reason="session_reset")
         # The new generation's state is empty, at a revision a read before the reset never
         # showed (docs/state.md#reset-and-fork).
@@ -173,7 +173,7 @@ async def start_generation(
 async def _old_generation(tx: Transaction, old: SessionNode) -> GenerationSnapshot:
     """The old generation as this transaction sees it (so exactly what is deleted), its
     row with the bumped epoch."""
-    transcript, summaries = await read_generation(tx, old.session_id)
+    transcript, summaries = await read_generation(tx, old.session_id, old.session_key)
     return GenerationSnapshot(
         session=old.model_copy(update={"epoch": old.epoch + 1}),
         transcript=transcript,

@@ -28,19 +28,19 @@ from ..support.clock import now_ms
 ArchiveContents = tuple[list[TranscriptEntry], list[SessionSummary]]
 
 
-async def read_generation(tx: Transaction, session_id: str) -> ArchiveContents:
+async def read_generation(tx: Transaction, session_id: str, session_key: str) -> ArchiveContents:
     """The canonical transcript (compacted archive, then live rows) and the summaries of
     one generation, as ``tx`` sees them."""
     return (
         await tx.transcript.list_canonical(session_id),
-        await tx.summaries.list_for_session(session_id),
+        await tx.summaries.list_for_session(session_id, session_key=session_key),
     )
 
 
 async def capture_session_archive(uow: UnitOfWork, node: SessionNode) -> ArchiveContents:
     """What a reset would archive of ``node.session_id`` now, read from one snapshot."""
     async with uow.snapshot() as tx:
-        return await read_generation(tx, node.session_id)
+        return await read_generation(tx, node.session_id, node.session_key)
 
 
 async def archive_text(snapshot: GenerationSnapshot, now: int) -> str:

@@ -160,15 +160,18 @@ async def rows(
     :meth:`SessionStorage.get_transcript`'s."""
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        read = tx.transcript.list_canonical if canonical else tx.transcript.list_live
-        return await read(node.session_id, limit=limit, offset=offset)
+        if canonical:
+            return await tx.transcript.list_canonical(node.session_id, limit=limit, offset=offset)
+        return await tx.transcript.list_live(
+            node.session_id, session_key=node.session_key, limit=limit, offset=offset
+        )
 
 
 async def count(uow: UnitOfWork, generations: GenerationCache, key: CanonicalKey) -> int:
     """How many live rows the current generation has, in one unit of work."""
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        return await tx.transcript.count_live(node.session_id)
+        return await tx.transcript.count_live(node.session_id, session_key=node.session_key)
 
 
 async def truncate(
@@ -188,7 +191,7 @@ async def truncate_transcript(
         node = await tx.sessions.get(key, lock="update")
         if node is None:
             raise SessionNotFoundError(f"Session not found: {key}")
-        before = await tx.transcript.count_live(node.session_id)
+        before = await tx.transcript.count_live(node.session_id, session_key=node.session_key)
         if before <= max_messages:
             return False, before, before
         await tx.transcript.delete_live_except_last(node.session_id, max_messages)

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...errors import InvalidInputError, StaleGenerationError
 from ...models import INT64_MAX, SessionListFilter, SessionNode
+from ..routing import cross_session
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
 from ..sql import chunks, insert_for, prefix_range
 from ..tables import sessions
@@ -98,6 +99,15 @@ class SessionRepository(SessionDeletion, SessionGenerations, SessionUsage):
         dialect = self.conn.dialect.name
         row = (await self.conn.execute(_by_key(dialect, lock), {"session_key": key})).first()
         return to_model(SessionNode, row, dialect) if row is not None else None
+
+    async def key_of(self, session_id: str) -> str | None:
+        """The key of the session whose current generation is ``session_id``, ``None`` when no
+        session row names it. By id alone: under distribution it fans out to every shard
+        (``listing``); the by-key reads do not (docs/scaling.md#keys-and-statements)."""
+        with cross_session("listing"):
+            query = select(sessions.c.session_key).where(sessions.c.session_id == session_id)
+            found = (await self.conn.execute(query.limit(1))).scalar()
+        return None if found is None else str(found)
 
     async def insert_new(self, node: SessionNode) -> bool:
         """Insert ``node``; ``False`` (and no change) when the key is already taken."""

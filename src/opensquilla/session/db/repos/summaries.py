@@ -50,22 +50,23 @@ class SummaryRepository:
         row = (await self.conn.execute(stmt)).one()
         return int(row.id), int(row.compaction_index)
 
-    async def list_for_session(self, session_id: str) -> list[SessionSummary]:
+    async def list_for_session(self, session_id: str, *, session_key: str) -> list[SessionSummary]:
         query = (
             select_rows(summaries, self.conn)
-            .where(summaries.c.session_id == session_id)
+            .where(summaries.c.session_key == session_key, summaries.c.session_id == session_id)
             .order_by(*ORDER)
         )
         return to_models(SessionSummary, self.conn.dialect.name, await self.conn.execute(query))
 
-    async def latest(self, session_id: str) -> SessionSummary | None:
+    async def latest(self, session_id: str, *, session_key: str) -> SessionSummary | None:
         dialect = self.conn.dialect.name
-        row = (await self.conn.execute(_latest(dialect), {"session_id": session_id})).first()
+        values = {"session_key": session_key, "session_id": session_id}
+        row = (await self.conn.execute(_latest(dialect), values)).first()
         return to_model(SessionSummary, row, dialect) if row is not None else None
 
-    async def text_lengths(self, session_id: str) -> list[int]:
+    async def text_lengths(self, session_id: str, *, session_key: str) -> list[int]:
         query = select(func.length(summaries.c.summary_text)).where(
-            summaries.c.session_id == session_id
+            summaries.c.session_key == session_key, summaries.c.session_id == session_id
         )
         return [int(n or 0) for n in (await self.conn.execute(query)).scalars()]
 
@@ -124,8 +125,12 @@ class SummaryRepository:
         )
         return int((await self.conn.execute(stmt.values(flush_receipt_status=status))).rowcount)
 
-    async def delete_for_session(self, session_id: str) -> None:
-        await self.conn.execute(summaries.delete().where(summaries.c.session_id == session_id))
+    async def delete_for_session(self, session_id: str, *, session_key: str) -> None:
+        await self.conn.execute(
+            summaries.delete().where(
+                summaries.c.session_key == session_key, summaries.c.session_id == session_id
+            )
+        )
 
 
 @functools.cache
@@ -133,7 +138,10 @@ def _latest(dialect_name: str) -> Select[Any]:
     """The newest summary of ``:session_id`` (read on every context view: built once)."""
     return (
         select(*read_columns(summaries, dialect_name))
-        .where(summaries.c.session_id == bindparam("session_id"))
+        .where(
+            summaries.c.session_key == bindparam("session_key"),
+            summaries.c.session_id == bindparam("session_id"),
+        )
         .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
         .limit(1)
     )

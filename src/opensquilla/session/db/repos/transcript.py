@@ -28,6 +28,7 @@ from ...models import (
     CompactedTranscriptEntry,
     TranscriptEntry,
 )
+from ..routing import cross_session
 from ..rows import (
     TRANSCRIPT_COLUMNS,
     pinned_session_id,
@@ -38,6 +39,7 @@ from ..rows import (
 )
 from ..sql import new_uuid
 from ..tables import compacted_transcript_entries as archive
+from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
 from .fenced_append import (
     INSERT_COLUMNS,
@@ -65,10 +67,12 @@ def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
 @functools.cache
 def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     """The statement of :meth:`TranscriptRepository.live_tail` (built once per shape: the
-    per-turn reads bind their values); binds ``session_id``, ``tail_limit`` and, ``bounded``,
+    per-turn reads bind their values); binds ``session_key``, ``session_id``, ``tail_limit`` and,
+    ``bounded``,
     ``before_created_at`` and ``before_id``."""
     query = select(*read_columns(live, dialect_name)).where(
-        live.c.session_id == bindparam("session_id")
+        live.c.session_key == bindparam("session_key"),
+        live.c.session_id == bindparam("session_id"),
     )
     if bounded:
         bound = tuple_(
@@ -90,12 +94,12 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         self.conn = conn
 
     async def list_live(
-        self, session_id: str, *, limit: int | None = None, offset: int = 0
+        self, session_id: str, *, session_key: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         given = pinned_session_id(session_id)
         query = (
             select_rows(live, self.conn, given=tuple(given or ()))
-            .where(live.c.session_id == session_id)
+            .where(live.c.session_key == session_key, live.c.session_id == session_id)
             .order_by(*LIVE_ORDER)
         )
         return to_models(
@@ -106,12 +110,21 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         )
 
     async def live_tail(
-        self, session_id: str, limit: int, *, before: tuple[int, int] | None = None
+        self,
+        session_id: str,
+        limit: int,
+        *,
+        session_key: str,
+        before: tuple[int, int] | None = None,
     ) -> list[TranscriptEntry]:
         """The newest ``limit`` live rows (before ``before`` = (created_at, id) if given),
         oldest first: a backward range scan of ``(session_id, created_at, id)``."""
         dialect = self.conn.dialect.name
-        values: dict[str, Any] = {"session_id": session_id, "tail_limit": limit}
+        values: dict[str, Any] = {
+            "session_key": session_key,
+            "session_id": session_id,
+            "tail_limit": limit,
+        }
         if before is not None:
             values["before_created_at"], values["before_id"] = before
         query = _live_tail(dialect, before is not None)
@@ -119,9 +132,26 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         rows.reverse()
         return rows
 
-    async def count_live(self, session_id: str) -> int:
-        query = select(func.count()).select_from(live).where(live.c.session_id == session_id)
+    async def count_live(self, session_id: str, *, session_key: str) -> int:
+        query = (
+            select(func.count())
+            .select_from(live)
+            .where(live.c.session_key == session_key, live.c.session_id == session_id)
+        )
         return int((await self.conn.execute(query)).scalar_one())
+
+    async def owner_key(self, session_id: str) -> str | None:
+        """The key of ``session_id``'s rows when no session row names it (orphan rows a
+        legacy database may hold): the live rows', else the archive's, else the summaries',
+        else ``None``. The reads are by id alone, so they fan out under distribution
+        (``listing``)."""
+        with cross_session("listing"):
+            for table in (live, archive, summaries):
+                query = select(table.c.session_key).where(table.c.session_id == session_id)
+                found = (await self.conn.execute(query.limit(1))).scalar()
+                if found is not None:
+                    return str(found)
+        return None
 
     async def list_canonical(
         self, session_id: str, *, limit: int | None = None, offset: int = 0

@@ -98,7 +98,7 @@ async def rewrite_compacted_session(
         if live_ids != expected_live_ids:
             return False
         if expected_prefix and list(expected_prefix) != await tx.transcript.list_live(
-            node.session_id, limit=len(expected_prefix)
+            node.session_id, session_key=node.session_key, limit=len(expected_prefix)
         ):
             return False
         if expected_context_fingerprint is not None:

@@ -131,4 +131,4 @@ async def live_rows(
         if required:
             raise SessionNotFoundError(f"Session not found: {key}")
         return None, []
-    return node, await tx.transcript.list_live(node.session_id)
+    return node, await tx.transcript.list_live(node.session_id, session_key=node.session_key)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ...db.uow import UnitOfWork
 from ...keys import CanonicalKey
 from ...models import CompactedTranscriptEntry, SessionSummary
+from ..reads import owner_key
 
 if TYPE_CHECKING:  # a type only: ``generations.py`` still imports the storage
     from ..generations import GenerationCache
@@ -25,12 +26,16 @@ async def save(uow: UnitOfWork, summary: SessionSummary) -> SessionSummary:
 
 async def of_generation(uow: UnitOfWork, session_id: str) -> list[SessionSummary]:
     async with uow.read() as tx:
-        return await tx.summaries.list_for_session(session_id)
+        key = await owner_key(tx, session_id)
+        return (
+            [] if key is None else await tx.summaries.list_for_session(session_id, session_key=key)
+        )
 
 
 async def latest_of_generation(uow: UnitOfWork, session_id: str) -> SessionSummary | None:
     async with uow.read() as tx:
-        return await tx.summaries.latest(session_id)
+        key = await owner_key(tx, session_id)
+        return None if key is None else await tx.summaries.latest(session_id, session_key=key)
 
 
 async def by_id(uow: UnitOfWork, summary_id: int) -> SessionSummary | None:
@@ -40,7 +45,9 @@ async def by_id(uow: UnitOfWork, summary_id: int) -> SessionSummary | None:
 
 async def delete_of_generation(uow: UnitOfWork, session_id: str) -> None:
     async with uow.write() as tx:
-        await tx.summaries.delete_for_session(session_id)
+        key = await owner_key(tx, session_id)
+        if key is not None:
+            await tx.summaries.delete_for_session(session_id, session_key=key)
 
 
 async def degraded(uow: UnitOfWork, key_prefix: str | None, limit: int) -> list[SessionSummary]:
@@ -77,7 +84,7 @@ async def current(
     missing key), from one snapshot."""
     async with uow.snapshot() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        return await tx.summaries.list_for_session(node.session_id)
+        return await tx.summaries.list_for_session(node.session_id, session_key=node.session_key)
 
 
 async def latest_current(
@@ -86,4 +93,4 @@ async def latest_current(
     """The current generation's newest summary, or ``None``, from one snapshot."""
     async with uow.snapshot() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        return await tx.summaries.latest(node.session_id)
+        return await tx.summaries.latest(node.session_id, session_key=node.session_key)

@@ -146,7 +146,7 @@ async def read_context_records(
 ) -> list[CompactionContextRecord]:
     """The records in force for generation ``session_id`` of ``session_key``, read on
     ``tx`` (states are stored per key, every generation: only this one's count)."""
-    summaries = await tx.summaries.list_for_session(session_id)
+    summaries = await tx.summaries.list_for_session(session_id, session_key=session_key)
     states = await tx.states.list_for_key(
         session_key, state_kind=PORTABLE_STATE_KIND, session_id=session_id
     )

@@ -56,7 +56,7 @@ async def context_view(uow: UnitOfWork, key: CanonicalKey, max_tokens: int) -> C
         node = await tx.sessions.get(key)
         if node is None:
             raise SessionNotFoundError(f"Session not found: {key}")
-        summary = await tx.summaries.latest(node.session_id)
+        summary = await tx.summaries.latest(node.session_id, session_key=node.session_key)
         summary_tokens = estimate_tokens(summary.summary_text) if summary is not None else 0
         budget = max(0, max_tokens - summary_tokens)
         fitted: list[tuple[TranscriptEntry, int]] = []  # newest first
@@ -65,7 +65,9 @@ async def context_view(uow: UnitOfWork, key: CanonicalKey, max_tokens: int) -> C
         before: tuple[int, int] | None = None
         batch = FIRST_BATCH
         while not truncated:
-            rows = await tx.transcript.live_tail(node.session_id, batch, before=before)
+            rows = await tx.transcript.live_tail(
+                node.session_id, batch, session_key=node.session_key, before=before
+            )
             for entry in reversed(rows):
                 size = entry_tokens(entry.__dict__)
                 if used + size > budget:
