@@ -22,7 +22,17 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "docs", "tests(sqlite)", "tests(postgres)", "bench"]
+nox.options.sessions = [
+    "lint",
+    "docs",
+    "tests(sqlite)",
+    "tests(postgres)",
+    "tests(postgres-partitioned)",
+    "bench",
+]
+
+# The layout of tests(postgres-partitioned)'s databases (docs/scaling.md#the-partitioned-layout).
+PARTITIONED_LAYOUT = "partitioned:8"
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
@@ -84,7 +94,12 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize(
-    "backend", [nox.param("sqlite", id="sqlite"), nox.param("postgres", id="postgres")]
+    "backend",
+    [
+        nox.param("sqlite", id="sqlite"),
+        nox.param("postgres", id="postgres"),
+        nox.param("postgres-partitioned", id="postgres-partitioned"),
+    ],
 )
 def tests(session: nox.Session, backend: str) -> None:
     """The suite on one backend. Tests that use no database run in the SQLite session
@@ -92,10 +107,13 @@ def tests(session: nox.Session, backend: str) -> None:
     # pip itself too: uv's environments come without it, and the wheel test builds with it.
     session.install("-e", ".[test]", "pip")
     env = {"OPENSQUILLA_TEST_DATABASE_URL": ""}
-    if backend == "postgres":
+    if backend.startswith("postgres"):
         url = postgres_url()
         require_postgres(session, url)
         env["OPENSQUILLA_TEST_DATABASE_URL"] = url
+    if backend == "postgres-partitioned":
+        # The suite's migrated databases are hash-partitioned by session_key (tests/conftest.py).
+        env["OPENSQUILLA_TEST_PG_LAYOUT"] = PARTITIONED_LAYOUT
     session.run("pytest", "-n", WORKERS, "--dist", "loadgroup", *session.posargs, env=env)
 
 
@@ -117,6 +135,8 @@ def bench(session: nox.Session) -> None:
             str(out / f"{backend}.json"),
             env={"BENCH_POSTGRES_URL": url},
         )
+    # The partitioned layout against the plain one (docs/scaling.md), 10,000 entries.
+    session.run("python", "bench/partitioned.py", "--quick", env={"BENCH_POSTGRES_URL": url})
 
 
 @nox.session
@@ -128,10 +148,10 @@ def contract(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     url = postgres_url()
     require_postgres(session, url)
-    session.run(
-        "python",
-        str(runner),
-        "--pg-url",
-        url.replace("postgresql://", "postgresql+asyncpg://", 1),
-        env={"PYTEST_ADDOPTS": PYTEST_ASYNCIO_OPTS},
-    )
+    pg_url = url.replace("postgresql://", "postgresql+asyncpg://", 1)
+    env = {"PYTEST_ADDOPTS": PYTEST_ASYNCIO_OPTS}
+    session.run("python", str(runner), "--pg-url", pg_url, env=env)
+    # Once more on PostgreSQL, every database the contract creates laid out partitioned
+    # (the storage's layout setting, read from the environment for a new database).
+    partitioned = {**env, "OPENSQUILLA_SESSION_LAYOUT": PARTITIONED_LAYOUT}
+    session.run("python", str(runner), "--backend", "postgres", "--pg-url", pg_url, env=partitioned)

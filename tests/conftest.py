@@ -44,6 +44,7 @@ from .pg_pool import PostgresDatabases
 
 pytest_plugins = ["tests.statement_audit"]  # every child-table statement carries session_key
 DATABASE_URL_ENV = "OPENSQUILLA_TEST_DATABASE_URL"
+PG_LAYOUT_ENV = "OPENSQUILLA_TEST_PG_LAYOUT"
 SQLITE_SYNCHRONOUS_ENV = "OPENSQUILLA_SQLITE_SYNCHRONOUS"
 RUN_ALL_ENV = "OPENSQUILLA_TEST_ALL"
 # Session fixtures of tests/reliability/conftest.py that start processes: see _runs_here.
@@ -114,6 +115,15 @@ class Backend:
     def is_postgres(self) -> bool:
         return self.name == "postgresql"
 
+    @property
+    def layout(self) -> str | None:
+        """The layout of the migrated databases (``$OPENSQUILLA_TEST_PG_LAYOUT``; PostgreSQL)."""
+        return (os.environ.get(PG_LAYOUT_ENV) or "").strip() or None if self.is_postgres else None
+
+    @property
+    def partitioned(self) -> bool:
+        return (self.layout or "plain").startswith("partitioned")
+
     # -- Postgres helpers -------------------------------------------------------------
     async def admin(self) -> asyncpg.Connection:
         assert self.admin_url is not None
@@ -127,7 +137,9 @@ class Backend:
     async def prepare_template(self) -> None:
         if self.databases is not None:
             self.template = await self.databases.take(migrated=False, durable=True)
-            storage = SessionStorage(self.target_for(self.template))
+            # OPENSQUILLA_TEST_PG_LAYOUT=partitioned:8: every migrated database the suite
+            # hands out is hash-partitioned (nox -s "tests(postgres-partitioned)").
+            storage = SessionStorage(self.target_for(self.template), layout=self.layout)
         else:
             self.template = str(self.workdir / "template.db")
             storage = SessionStorage(self.template)
@@ -224,6 +236,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "plain_layout: a behaviour of the plain layout only (a downgrade below revision 0010, "
+        "the global unique session id, keys or columns changed in place, a concurrent index "
+        "repair); deselected, not skipped, when the databases are partitioned "
+        "(OPENSQUILLA_TEST_PG_LAYOUT, docs/scaling.md#the-partitioned-layout)",
+    )
+    config.addinivalue_line(
+        "markers",
         "durable: checks what survives a kill or a crash, so its databases keep the "
         "store's own durability (SQLite synchronous=FULL, PostgreSQL's synchronous_commit)",
     )
@@ -246,6 +265,9 @@ def _module(nodeid: str) -> str:
 def _runs_here(item: pytest.Item, *, on_postgres: bool, run_all: bool) -> bool:
     other = "sqlite_only" if on_postgres else "postgres_only"
     if item.get_closest_marker(other) is not None:
+        return False
+    partitioned = on_postgres and (os.environ.get(PG_LAYOUT_ENV) or "").strip() not in ("", "plain")
+    if partitioned and item.get_closest_marker("plain_layout") is not None:
         return False
     # The reliability suite's warm process pool and its barrier manager are made once per
     # pytest process: the tests that use them share one xdist worker (and one pool). The

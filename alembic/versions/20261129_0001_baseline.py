@@ -40,6 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from alembic import context, op
+from opensquilla.session.db import layout
 from opensquilla.session.errors import MigrationError
 
 revision: str = "0001"
@@ -368,7 +369,7 @@ def upgrade() -> None:
             _widen(bind, name, columns())
             _advance_id_sequence(bind, name)
         else:
-            op.create_table(name, *columns(), **options)
+            layout.create_table(bind, name, *columns(), **options)
         _ensure_indexes(bind, name, indexes)
     _ensure_epoch_guard(bind.dialect.name)
 
@@ -642,7 +643,7 @@ def _ensure_indexes(
                 ", ".join(columns),
             )
             continue
-        op.create_index(name, table, columns, unique=unique)
+        layout.create_index(bind, name, table, columns, unique=unique)
 
 
 def _has_duplicates(bind: sa.engine.Connection, table: str, columns: list[str]) -> bool:

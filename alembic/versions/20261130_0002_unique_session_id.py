@@ -40,6 +40,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from opensquilla.session.db import layout
 from opensquilla.session.errors import MigrationError
 
 revision: str = "0002"
@@ -81,8 +82,10 @@ def upgrade() -> None:
         _alter(column, sa.BigInteger(), sa.Integer())
     # A database whose version row was lost (a restored backup, an adoption cut short)
     # replays the history: what is already there is kept.
-    if INDEX not in {index["name"] for index in sa.inspect(bind).get_indexes("sessions")}:
-        op.create_index(INDEX, "sessions", ["session_id"], unique=True)
+    present = {index["name"] for index in sa.inspect(bind).get_indexes("sessions")}
+    if not present & {INDEX, layout.PARTITIONED_SESSION_ID_INDEX}:
+        # A partitioned database (db/layout.py) gets a non-unique index: it cannot have this.
+        layout.create_index(bind, INDEX, "sessions", ["session_id"], unique=True)
 
 
 def downgrade() -> None:

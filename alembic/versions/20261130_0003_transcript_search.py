@@ -50,6 +50,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from opensquilla.session.db import layout
 from opensquilla.session.errors import MigrationError
 
 revision: str = "0003"
@@ -192,9 +193,10 @@ def _upgrade_postgres() -> None:
         f"CREATE TRIGGER {TRIGGER} BEFORE INSERT OR UPDATE OF content ON {LIVE} "
         f"FOR EACH ROW EXECUTE FUNCTION {FUNCTION}()"
     )
-    if offline:
+    if offline or not layout.concurrent_indexes(op.get_bind()):
         # A script is for an empty database (env.py): no rows to fill, plain indexes, and
-        # the script stays one transaction.
+        # the script stays one transaction. A partitioned database (db/layout.py) is
+        # created empty too, and its parents cannot build an index CONCURRENTLY.
         for name, (table, expression) in PG_INDEXES.items():
             using = expression.format(trgm=trgm)
             op.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin ({using})")

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from opensquilla.session.db import layout
 
 revision: str = "0005"
 down_revision: str | Sequence[str] | None = "0004"
@@ -42,7 +43,8 @@ def upgrade() -> None:
     # Idempotent, as every revision: a database whose version row was lost replays it.
     if not context.is_offline_mode() and sa.inspect(op.get_bind()).has_table(TABLE):
         return
-    op.create_table(
+    layout.create_table(
+        None if context.is_offline_mode() else op.get_bind(),
         TABLE,
         sa.Column("session_key", sa.Text(), primary_key=True),
         sa.Column("session_id", sa.Text(), nullable=False),

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from opensquilla.session.db import layout
 
 revision: str = "0006"
 down_revision: str | Sequence[str] | None = "0005"
@@ -43,7 +44,9 @@ def upgrade() -> None:
     # Idempotent, as every revision: a database whose version row was lost replays it.
     if not context.is_offline_mode() and sa.inspect(op.get_bind()).has_table(TABLE):
         return
-    op.create_table(
+    bind = None if context.is_offline_mode() else op.get_bind()
+    layout.create_table(
+        bind,
         TABLE,
         sa.Column("id", ID, primary_key=True, autoincrement=True),
         sa.Column("session_key", sa.Text(), nullable=False),
@@ -55,7 +58,7 @@ def upgrade() -> None:
         sa.Column("document", sa.Text(), nullable=False),
         sqlite_autoincrement=True,
     )
-    op.create_index("idx_session_archives_session_key", TABLE, ["session_key", "id"])
+    layout.create_index(bind, "idx_session_archives_session_key", TABLE, ["session_key", "id"])
 
 
 def downgrade() -> None:

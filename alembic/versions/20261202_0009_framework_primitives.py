@@ -45,6 +45,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from opensquilla.session.db import layout
 
 revision: str = "0009"
 down_revision: str | Sequence[str] | None = "0008"
@@ -119,7 +120,8 @@ END"""
 
 
 def _state_tables() -> None:
-    op.create_table(
+    layout.create_table(
+        None if context.is_offline_mode() else op.get_bind(),
         SESSION_STATES,
         sa.Column("session_key", sa.Text(), primary_key=True),
         sa.Column("session_id", sa.Text(), nullable=False),
@@ -159,8 +161,9 @@ def upgrade() -> None:
     create = (
         f'CREATE INDEX {{how}}IF NOT EXISTS {PREFIX_INDEX} ON sessions (session_key COLLATE "C")'
     )
-    if offline:
-        # A script is for an empty database: a plain index, and one transaction.
+    if offline or not layout.concurrent_indexes(op.get_bind()):
+        # A script is for an empty database: a plain index, and one transaction; a
+        # partitioned parent cannot build one CONCURRENTLY (it is empty too).
         op.execute(create.format(how=""))
         return
     with op.get_context().autocommit_block():

@@ -57,6 +57,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from opensquilla.session.db import layout
 from opensquilla.session.errors import MigrationError
 
 revision: str = "0010"
@@ -275,6 +276,25 @@ def _key_counts_postgres(bind: sa.engine.Connection | None) -> None:
     )
 
 
+def _partition_counts(bind: sa.engine.Connection) -> None:
+    """A new partitioned database (db/layout.py): 0007's counts table, empty as every table
+    of it is, made again keyed and partitioned by session_key (0007's triggers stay: they
+    call the function by name)."""
+    op.execute(f"DROP TABLE {COUNTS}")
+    layout.create_table(
+        bind,
+        COUNTS,
+        sa.Column("id", ID, nullable=False, autoincrement=True),
+        sa.Column("session_key", sa.Text(), nullable=False),
+        sa.Column("session_id", sa.Text(), nullable=False),
+        sa.Column("compaction_id", sa.Text(), nullable=True),
+        sa.Column("archived", sa.BigInteger(), nullable=False),
+        sa.Column("unlinked", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(*NEW_KEY, name=op.f(f"pk_{COUNTS}")),
+    )
+    _create_counts_indexes()
+
+
 def _pg_triggers(bind: sa.engine.Connection) -> set[str]:
     rows = bind.execute(
         sa.text(
@@ -426,6 +446,12 @@ def upgrade() -> None:
         op.execute(f"DELETE FROM {COUNTS}")
         op.execute(BACKFILL)
         return
+    if (
+        bind is not None
+        and layout.active(bind).partitioned
+        and not layout.is_partitioned(bind, COUNTS)
+    ):
+        _partition_counts(bind)
     _key_counts_postgres(bind)
     if offline:
         # A script is for an empty database: plain statements, one transaction.

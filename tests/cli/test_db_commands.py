@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import sqlalchemy as sa
 
 from opensquilla.session import SessionStorage
@@ -40,6 +41,7 @@ def test_an_empty_database_is_behind_until_upgraded(empty_database: str) -> None
     assert again.exit_code == 0 and f"already at {HEAD}" in again.stdout
 
 
+@pytest.mark.plain_layout  # a partitioned database cannot go below 0010
 def test_downgrade_to_base_and_back(database: str) -> None:
     down = cli(database, "db", "downgrade", "base")
     assert down.exit_code == 0, down.output

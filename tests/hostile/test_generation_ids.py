@@ -288,6 +288,8 @@ INDEXED_WRITERS = [
 ]
 
 
+# A partitioned database has no global unique index on session_id (docs/scaling.md).
+@pytest.mark.plain_layout
 @pytest.mark.parametrize("writer", INDEXED_WRITERS)
 async def test_the_unique_index_firing_in_a_race_gives_the_same_clear_error(
     writer: str,
@@ -325,6 +327,7 @@ async def test_two_creators_of_one_key_with_one_id_racing_both_get_the_session(
     assert created is False and node.session_id == "shared-by-design"
 
 
+@pytest.mark.plain_layout  # the race is settled by uq_sessions_session_id
 @pytest.mark.postgres_only
 async def test_two_concurrent_creators_of_one_id_one_wins_the_other_gets_the_clear_error(
     database: str, monkeypatch: pytest.MonkeyPatch

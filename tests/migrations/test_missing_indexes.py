@@ -23,6 +23,9 @@ from opensquilla.session.usecases import overview
 from tests.cli.support import cli, run
 from tests.conftest import Backend
 
+# Plain databases only: tests(postgres-partitioned) deselects them (tests/conftest.py).
+pytestmark = pytest.mark.plain_layout
+
 LOOKUP = "idx_compacted_transcript_session_compaction"
 CURSOR = "idx_transcript_session_cursor"
 UNIQUE = "uq_sessions_session_id"

@@ -24,6 +24,9 @@ from ..cli.support import cli, run
 from .raw import fetch, raw_state, run_sql, version_rows
 from .test_legacy_adoption import _Backend
 
+# Plain databases only: tests(postgres-partitioned) deselects them (tests/conftest.py).
+pytestmark = pytest.mark.plain_layout
+
 INDEX = "uq_sessions_session_id"
 BIG = 2**40 + 7  # a millisecond clock used as a revision counter
 

@@ -130,6 +130,7 @@ async def test_upgrade_makes_existing_rows_searchable(
         assert filled == [(0,)]
 
 
+@pytest.mark.plain_layout
 async def test_downgrade_removes_search_and_upgrade_restores_it(
     backend: _Backend, database: str
 ) -> None:

@@ -10,6 +10,8 @@ import contextlib
 import sqlite3
 from typing import Any
 
+import pytest
+
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import migrate
 from opensquilla.session.usecases.overview import unmigrated
@@ -45,6 +47,7 @@ async def test_head_bounds_the_pending_data_of_both_indexes(
     assert _settings(database) == {index: {"hashsize": 65536} for index in INDEXES}
 
 
+@pytest.mark.plain_layout
 async def test_downgrade_to_0003_restores_the_0003_schema_and_rows(
     backend: _Backend, database: str
 ) -> None:

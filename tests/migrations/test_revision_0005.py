@@ -5,6 +5,8 @@ downgrade, ignored by the drift check, recorded expand-only."""
 
 from __future__ import annotations
 
+import pytest
+
 from opensquilla.session import SessionStorage
 from opensquilla.session.db import migrate
 from opensquilla.session.usecases.overview import unmigrated
@@ -25,6 +27,7 @@ async def _has_table(backend: _Backend, target: str) -> bool:
     return bool(rows[0][0])
 
 
+@pytest.mark.plain_layout
 async def test_downgrade_drops_the_lease_table_and_upgrade_restores_it(
     backend: _Backend, database: str
 ) -> None:

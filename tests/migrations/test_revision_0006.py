@@ -6,6 +6,8 @@ by the downgrade, ignored by the drift check, recorded expand-only, and replayed
 
 from __future__ import annotations
 
+import pytest
+
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import migrate
 from opensquilla.session.usecases.overview import unmigrated
@@ -37,6 +39,7 @@ async def _archive_once(target: str) -> int:
     return report.archive_id
 
 
+@pytest.mark.plain_layout
 async def test_downgrade_drops_the_archive_table_and_upgrade_restores_it(
     backend: _Backend, database: str
 ) -> None:
@@ -61,6 +64,7 @@ async def test_downgrade_drops_the_archive_table_and_upgrade_restores_it(
     assert await _archive_once(database) == 1  # a new table: ids start again
 
 
+@pytest.mark.plain_layout
 async def test_replaying_the_revision_keeps_the_archives(backend: _Backend, database: str) -> None:
     """Idempotent both ways: an upgrade finding the table leaves it (and its rows) alone,
     a downgrade finding none does nothing."""

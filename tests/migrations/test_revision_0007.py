@@ -67,6 +67,7 @@ def _ours(state: dict[str, Any]) -> set[str]:
     return {name for name in names if "canonical_archive_counts" in name}
 
 
+@pytest.mark.plain_layout
 async def test_upgrade_backfills_and_downgrade_removes_exactly_what_it_added(
     backend: _Backend, database: str
 ) -> None:
@@ -122,6 +123,7 @@ async def test_upgrade_backfills_and_downgrade_removes_exactly_what_it_added(
     assert _schema(await raw_state(backend, database)) == _schema(below)
 
 
+@pytest.mark.plain_layout
 async def test_replaying_the_revision_recomputes_the_counts(
     backend: _Backend, database: str
 ) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import sqlite3
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 
 from opensquilla.session import SessionManager, SessionStorage
@@ -58,6 +59,7 @@ async def test_head_has_the_view_and_its_trigger_on_sqlite_only(
     assert [c.name for c in fenced_append.APPENDS_VIEW.columns] == _columns(database, VIEW)
 
 
+@pytest.mark.plain_layout
 async def test_downgrade_to_0007_removes_exactly_the_view_and_trigger(
     backend: _Backend, database: str
 ) -> None:

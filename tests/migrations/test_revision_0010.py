@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import migrate
 from opensquilla.session.db.schema_compare import POSTGRES_PRIMARY_KEYS, POSTGRES_UNIQUE_INDEXES
@@ -17,6 +19,9 @@ from tests.helpers import ARCHIVE_GROUPS, sorted_groups
 
 from .raw import fetch, raw_state, run_sql, version_rows
 from .test_legacy_adoption import _Backend
+
+# Plain databases only: tests(postgres-partitioned) deselects them (tests/conftest.py).
+pytestmark = pytest.mark.plain_layout
 
 KEY = "agent:main:keys"
 ORPHAN_KEY = "agent:main:orphan"

@@ -309,11 +309,11 @@ async def test_concurrent_first_connects_migrate_once(
     real_upgrade = migrate.upgrade
     upgrades = 0
 
-    async def contended_upgrade(engine: Any, revision: str = "head") -> None:
+    async def contended_upgrade(engine: Any, revision: str = "head", layout: Any = None) -> None:
         nonlocal upgrades
         upgrades += 1
         await asyncio.wait_for(all_found_it_missing.wait(), 120)  # a hang guard
-        await real_upgrade(engine, revision)
+        await real_upgrade(engine, revision, layout=layout)
 
     monkeypatch.setattr(migrate, "upgrade", contended_upgrade)
     try:

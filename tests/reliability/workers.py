@@ -719,12 +719,12 @@ async def _connect_worker(target: str, start: Any, contend: Any) -> dict[str, An
 
         return engine
 
-    async def contended_upgrade(engine: Any, revision: str = "head") -> None:
+    async def contended_upgrade(engine: Any, revision: str = "head", layout: Any = None) -> None:
         nonlocal upgrades
         upgrades += 1
         if upgrades == 1:
             await _pass(contend, "every process about to take the migration lock")
-        await original_upgrade(engine, revision)
+        await original_upgrade(engine, revision, layout=layout)
 
     storage_module.create_engine = instrumented  # type: ignore[assignment]
     migrate_module.upgrade = contended_upgrade  # type: ignore[assignment]

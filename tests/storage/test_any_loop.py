@@ -62,9 +62,9 @@ def _twenty_runs(database: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, An
     migrations: list[AsyncEngine] = []
     ensure_head = migrate.ensure_head
 
-    async def counted_ensure_head(engine: AsyncEngine) -> bool:
+    async def counted_ensure_head(engine: AsyncEngine, *args: Any) -> bool:
         migrations.append(engine)
-        return await ensure_head(engine)
+        return await ensure_head(engine, *args)
 
     monkeypatch.setattr(migrate, "ensure_head", counted_ensure_head)
     storage = SessionStorage(database)

@@ -18,9 +18,18 @@ Revisions = tuple[tuple[str, ...], tuple[str, ...]]  # (before, after)
 def db_upgrade(
     ctx: typer.Context,
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help="The tables' layout, chosen when they are created (an EMPTY database): "
+            "'plain', or 'partitioned[:N]' (PostgreSQL: hash-partitioned by session_key "
+            "into N partitions, default 16; docs/scaling.md).",
+        ),
+    ] = None,
 ) -> None:
     """Upgrade the schema (default: to the newest revision)."""
-    before, after = run(lambda: _upgrade(dsn(ctx), revision))
+    before, after = run(lambda: _upgrade(dsn(ctx), revision, layout))
     if before == after:
         out.print(f"already at {render.revisions(after)}")
     else:
@@ -72,8 +81,8 @@ def db_history(as_json: Json = False) -> None:
 # -- calls into the library: one per command -------------------------------------------
 
 
-async def _upgrade(dsn: str, revision: str) -> Revisions:
-    return await overview.upgrade(dsn, revision)
+async def _upgrade(dsn: str, revision: str, layout: str | None) -> Revisions:
+    return await overview.upgrade(dsn, revision, layout)
 
 
 async def _downgrade(dsn: str, revision: str) -> Revisions:

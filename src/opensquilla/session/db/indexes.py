@@ -29,6 +29,7 @@ from sqlalchemy.schema import CreateIndex, DropIndex
 from sqlalchemy.sql.compiler import DDLCompiler
 
 from .base import Base
+from .layout import PARTITIONED_SESSION_ID_INDEX, SESSION_ID_INDEX
 from .tables import OUR_TABLES
 from .version_table import schema_of
 
@@ -71,6 +72,8 @@ def existing_index_names(connection: Connection) -> set[str]:
 def missing_index_names(connection: Connection) -> list[str]:
     """The declared indexes (unique ones included) the database lacks or holds invalid."""
     present = existing_index_names(connection)
+    if PARTITIONED_SESSION_ID_INDEX in present:  # its stand-in on a partitioned database
+        present.add(SESSION_ID_INDEX)
     return [str(index.name) for index in declared_indexes(unique=True) if index.name not in present]
 
 

@@ -42,6 +42,8 @@ from .dsn import StorageTarget, parse_target, shown_path, with_schema
 from .engine import adopt_engine, create_engine, dispose_engine, is_engine
 from .engine_options import EngineOptions, check_engine_options
 from .errors import translated_errors
+from .layout import Layout
+from .layout import configured as configured_layout
 from .loop_units import LoopUnits
 from .uow import UnitOfWork
 
@@ -63,6 +65,13 @@ class StorageSettings(Settings):
     # Unset: $OPENSQUILLA_SQLITE_SYNCHRONOUS, else FULL, read when the storage is built.
     sqlite_synchronous: SqliteSynchronous = Field(default=None, validate_default=True)
     create: bool = True
+    # The tables' layout when connect() creates them (db/layout.py); unset: the database's.
+    layout: Layout | None = None
+
+    @field_validator("layout", mode="before")
+    @classmethod
+    def _layout(cls, value: object) -> object:
+        return configured_layout(value)  # refused there, by its name
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -127,15 +136,19 @@ class StorageLifecycle:
         sqlite_synchronous: SqliteSynchronous | None = None,
         create: bool = True,
         schema: str | None = None,
+        layout: str | None = None,
         archive_store: ArchiveStore | None = None,
         archive_dir: str | os.PathLike[str] | None = None,
         **engine_options: Unpack[EngineOptions],
     ) -> None:
         # Settings are checked before anything is opened: a typo must not reach a PRAGMA
         # (the level is spliced into its text) or a pool that never hands out a connection.
-        settings = StorageSettings(sqlite_synchronous=sqlite_synchronous, create=create)
+        settings = StorageSettings(
+            sqlite_synchronous=sqlite_synchronous, create=create, layout=layout
+        )
         self._sqlite_synchronous: SqliteSynchronous = settings.sqlite_synchronous
         self._create = settings.create
+        self._layout = settings.layout
         if engine_options and is_engine(target):
             raise ConfigurationError(
                 f"engine option(s) {', '.join(sorted(engine_options))} cannot apply to "
@@ -154,6 +167,10 @@ class StorageLifecycle:
             # ``schema``: PostgreSQL only, the store's tables in that schema (db/pg_schema.py).
             self._target = with_schema(parse_target(target), schema)  # type: ignore[arg-type]
             self._app_engine = None
+        if self._layout is not None and self._target.backend != "postgresql":
+            if self._layout.partitioned and not self._layout.soft:
+                raise ConfigurationError(f"layout {self._layout} needs PostgreSQL; SQLite is plain")
+            self._layout = None  # SQLite has one layout ($OPENSQUILLA_SESSION_LAYOUT: PG's)
         self._engine_options = check_engine_options(
             engine_options, backend=self._target.backend, memory=self._target.memory
         )
@@ -265,7 +282,7 @@ class StorageLifecycle:
         try:
             async with translated_errors():
                 try:
-                    await migrate.ensure_head(engine)
+                    await migrate.ensure_head(engine, self._layout)
                 except OSError as exc:
                     raise DatabaseUnavailableError(
                         f"cannot connect to {self._target.render()}: {exc}"

@@ -49,6 +49,10 @@ from .base import Base
 from .dsn import parse_target
 from .engine import BEGIN_OPTION, create_engine
 from .errors import translated_errors
+from .layout import Layout
+from .layout import detect as detect_layout
+from .layout import drift as layout_drift
+from .layout import resolve as resolve_layout
 from .pg_schema import ensure_schema
 from .schema_compare import SEARCH_OBJECTS as SEARCH_OBJECTS
 from .schema_compare import compare_type as compare_type
@@ -169,18 +173,37 @@ async def current_revisions(engine: AsyncEngine) -> tuple[str, ...]:
         return await conn.run_sync(lambda sync: _current_sync(sync, known))
 
 
-def _command(fn: Callable[..., None], *args: Any) -> Callable[[Connection], None]:
+def _command(
+    fn: Callable[..., None], *args: Any, requested: Layout | None = None
+) -> Callable[[Connection], None]:
     def run(connection: Connection) -> None:
+        config = make_config(connection)
+        # The layout the revisions build (db/layout.py): the database's own once it has
+        # tables; one asked for that it cannot have is refused before anything is written.
+        outside = not connection.in_transaction()
+        config.attributes["layout"] = resolve_layout(connection, requested, OUR_TABLES)
+        if outside and connection.in_transaction():
+            connection.commit()  # PostgreSQL: Alembic opens the run's own transaction
         try:
-            fn(make_config(connection), *args)
+            fn(config, *args)
         except CommandError as exc:
             raise MigrationError(f"migration failed: {exc}") from exc
 
     return run
 
 
-async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    await _run_locked(engine, _command(command.upgrade, revision))
+async def upgrade(
+    engine: AsyncEngine, revision: str = "head", *, layout: Layout | None = None
+) -> None:
+    """Upgrade to ``revision``; ``layout`` (db/layout.py) is the one a new database is
+    created with (refused on one whose tables have another)."""
+    await _run_locked(engine, _command(command.upgrade, revision, requested=layout))
+
+
+async def current_layout(engine: AsyncEngine) -> Layout | None:
+    """The layout of the store's tables (``None``: no tables yet)."""
+    async with translated_errors(), engine.connect() as conn:
+        return await conn.run_sync(detect_layout)
 
 
 async def downgrade(engine: AsyncEngine, revision: str) -> None:
@@ -208,7 +231,7 @@ async def _one_migration_per_process() -> AsyncIterator[None]:
         _in_process.release()
 
 
-async def ensure_head(engine: AsyncEngine) -> bool:
+async def ensure_head(engine: AsyncEngine, requested: Layout | None = None) -> bool:
     """Bring the schema to head if it is not there; return whether anything ran.
 
     An up-to-date database costs one read of the version table and one catalog query, and
@@ -222,6 +245,8 @@ async def ensure_head(engine: AsyncEngine) -> bool:
     async with translated_errors(), engine.connect() as conn:
         current = set(await conn.run_sync(lambda sync: migration_context(sync).get_current_heads()))
         missing = await conn.run_sync(indexes.missing_index_names) if current == heads else []
+        if requested is not None and not requested.soft and current == heads:
+            await conn.run_sync(lambda sync: resolve_layout(sync, requested, OUR_TABLES))
     if current == heads:
         if missing:
             log.warning(
@@ -240,7 +265,7 @@ async def ensure_head(engine: AsyncEngine) -> bool:
         ", ".join(sorted(heads)),
         extra={"operation": "migrate"},
     )
-    await upgrade(engine, "head")
+    await upgrade(engine, "head", layout=requested)
     return True
 
 
@@ -308,10 +333,11 @@ def _check_sync(connection: Connection) -> SchemaStatus:
     # Alembic's comparison counts an invalid index (a failed concurrent build) as present.
     invalid = [f"invalid_index {name}" for name in indexes.invalid_index_names(connection)]
     invalid += postgres_key_drift(connection, schema_of(connection))
+    drift = layout_drift(connection, [describe(diff) for diff in diffs])
     return SchemaStatus(
         current=_current_sync(connection, known_revisions()),
         heads=head_revisions(),
-        drift=tuple(describe(diff) for diff in diffs) + tuple(invalid),
+        drift=tuple(drift) + tuple(invalid),
     )
 
 

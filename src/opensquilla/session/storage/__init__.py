@@ -48,6 +48,8 @@ class SessionStorage(
     ``create=False`` opens an existing database only: a missing file raises
     ``DatabaseNotFoundError`` and nothing is created (the command line's reading commands
     open this way). A PostgreSQL database is never created, whatever ``create`` says.
+    ``layout="partitioned[:N]"`` (PostgreSQL) creates an empty database's tables
+    hash-partitioned by ``session_key`` (docs/scaling.md#the-partitioned-layout).
     """
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..db import migrate
+from ..db.layout import parse as parse_layout
 from ..db.lifecycle import StorageLifecycle
 from ..db.migrate import RevisionInfo as RevisionInfo
 from ..db.uow import UnitOfWork
@@ -62,6 +63,7 @@ class SchemaReport:
     heads: tuple[str, ...]
     unknown: tuple[str, ...]  # revisions in the database this code does not know
     drift: tuple[str, ...]
+    layout: str = "none"  # plain, partitioned:N (db/layout.py), or none (no tables yet)
 
     @property
     def state(self) -> str:
@@ -82,8 +84,10 @@ class SchemaReport:
 async def schema_report(dsn: str) -> SchemaReport:
     async with unmigrated(dsn, create=False) as storage:
         status = await migrate.check(storage.engine)
+        found = await migrate.current_layout(storage.engine)
     unknown = tuple(sorted(set(status.current) - migrate.known_revisions()))
-    return SchemaReport(status.current, status.heads, unknown, status.drift)
+    shown = "none" if found is None else str(found)
+    return SchemaReport(status.current, status.heads, unknown, status.drift, shown)
 
 
 async def repair_indexes(dsn: str) -> tuple[str, ...]:
@@ -100,12 +104,16 @@ async def current_revisions(dsn: str) -> tuple[str, ...]:
         return await migrate.current_revisions(storage.engine)
 
 
-async def upgrade(dsn: str, revision: str = "head") -> tuple[tuple[str, ...], tuple[str, ...]]:
+async def upgrade(
+    dsn: str, revision: str = "head", layout: str | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Upgrade to ``revision`` (creating a missing SQLite file); the revisions before and
-    after."""
+    after. ``layout`` (``plain`` or ``partitioned[:N]``, docs/scaling.md) is the one a new
+    PostgreSQL database is created with; a database whose tables have another is refused."""
+    wanted = parse_layout(layout, given_as="--layout")
     async with unmigrated(dsn) as storage:
         before = await migrate.current_revisions(storage.engine)
-        await migrate.upgrade(storage.engine, revision)
+        await migrate.upgrade(storage.engine, revision, layout=wanted)
         return before, await migrate.current_revisions(storage.engine)
 
 

@@ -19,6 +19,7 @@ def _print_schema(report: SchemaReport) -> None:
     out.print(f"state: {field(report.state)}")
     out.print(f"database: {revisions(report.current, 'none')}")
     out.print(f"code:     {revisions(report.heads, 'none')}")
+    out.print(f"layout:   {field(report.layout)}")
     for line in report.drift:
         out.print(f"  drift: {visible(line, one_line=True)}")
 
@@ -46,6 +47,7 @@ def _schema_data(report: SchemaReport) -> dict[str, object]:
         "heads": list(report.heads),
         "unknown": list(report.unknown),
         "drift": list(report.drift),
+        "layout": report.layout,
     }
 
 
