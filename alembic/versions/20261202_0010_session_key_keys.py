@@ -224,6 +224,14 @@ def _create_counts_sqlite() -> None:
     _create_counts_indexes()
 
 
+def _create_counts_indexes_postgres() -> None:
+    op.execute(f"CREATE UNIQUE INDEX {GROUP_INDEX} ON {COUNTS} ({_PG_GROUP})")
+    op.execute(
+        f"CREATE UNIQUE INDEX {UNFILED_INDEX} ON {COUNTS} ({_PG_UNFILED}) "
+        "WHERE compaction_id IS NULL"
+    )
+
+
 def _create_counts_indexes() -> None:
     """SQLite's unique indexes of the counts (PostgreSQL indexes the ids by md5)."""
     op.create_index(GROUP_INDEX, COUNTS, list(_GROUP), unique=True)
@@ -264,11 +272,7 @@ def _key_counts_postgres(bind: sa.engine.Connection | None) -> None:
     op.execute(f"ALTER TABLE {COUNTS} ALTER COLUMN session_key SET NOT NULL")
     op.execute(f"DROP INDEX {GROUP_INDEX}")
     op.execute(f"DROP INDEX {UNFILED_INDEX}")
-    op.execute(f"CREATE UNIQUE INDEX {GROUP_INDEX} ON {COUNTS} ({_PG_GROUP})")
-    op.execute(
-        f"CREATE UNIQUE INDEX {UNFILED_INDEX} ON {COUNTS} ({_PG_UNFILED}) "
-        "WHERE compaction_id IS NULL"
-    )
+    _create_counts_indexes_postgres()
     name = op.f(f"pk_{COUNTS}") if bind is None else _primary_key(bind, COUNTS)[0]
     op.execute(
         f"ALTER TABLE {COUNTS} DROP CONSTRAINT {name}, "
@@ -292,7 +296,7 @@ def _partition_counts(bind: sa.engine.Connection) -> None:
         sa.Column("unlinked", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint(*NEW_KEY, name=op.f(f"pk_{COUNTS}")),
     )
-    _create_counts_indexes()
+    _create_counts_indexes_postgres()
 
 
 def _pg_triggers(bind: sa.engine.Connection) -> set[str]:
@@ -418,6 +422,15 @@ def _swap_summary_index(bind: sa.engine.Connection) -> None:
     if _index_columns(bind, SUMMARY_INDEX) == columns:
         _drop_if_invalid(bind, staged)
         bind.execute(sa.text(f"DROP INDEX CONCURRENTLY IF EXISTS {staged}"))
+        return
+    if not layout.concurrent_indexes(bind):
+        # A new partitioned database (empty; no CONCURRENTLY on a partitioned parent).
+        bind.execute(sa.text(f"DROP INDEX IF EXISTS {SUMMARY_INDEX}"))
+        bind.execute(
+            sa.text(
+                f"CREATE UNIQUE INDEX {SUMMARY_INDEX} ON {SUMMARY_TABLE} ({', '.join(columns)})"
+            )
+        )
         return
     _build_concurrently(bind, staged, SUMMARY_TABLE, ", ".join(columns))
     # The staged index enforces its uniqueness from here on, so the old one can go without
