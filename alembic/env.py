@@ -19,7 +19,7 @@ from logging.config import fileConfig
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from opensquilla.session.db import migrate
+from opensquilla.session.db import alembic_cli, migrate
 from opensquilla.session.db.dsn import parse_target
 from opensquilla.session.db.version_table import schema_of
 
@@ -43,7 +43,7 @@ def run_migrations(connection: Connection) -> None:
 
 
 def run_migrations_offline() -> None:
-    target = parse_target(migrate.cli_dsn(context.get_x_argument(as_dictionary=True)))
+    target = parse_target(alembic_cli.cli_dsn(context.get_x_argument(as_dictionary=True)))
     url = target.url
     context.configure(
         url=url,
@@ -66,9 +66,9 @@ def run_migrations_offline() -> None:
 if context.is_offline_mode():
     # Offline (``--sql``) the script is written for an empty database (adoption needs the
     # live schema); an unusable DSN or a refusal is one ``FAILED:`` line, not a traceback.
-    with migrate.cli_errors():
+    with alembic_cli.cli_errors():
         run_migrations_offline()
 elif (shared := config.attributes.get("connection")) is not None:
     run_migrations(shared)
 else:
-    migrate.run_from_cli(context.get_x_argument(as_dictionary=True), run_migrations)
+    alembic_cli.run_from_cli(context.get_x_argument(as_dictionary=True), run_migrations)

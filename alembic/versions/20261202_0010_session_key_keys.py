@@ -53,6 +53,7 @@ Create Date: 2026-12-02
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -210,16 +211,23 @@ BACKFILL = (
 )
 
 
-def _create_counts_sqlite() -> None:
-    """SQLite: the keyed counts table, its unique indexes and its triggers (no rows)."""
-    op.create_table(
-        COUNTS,
-        sa.Column("id", ID, primary_key=True, autoincrement=True),
+def _counts_columns() -> list[sa.Column[Any]]:
+    """The keyed counts table's columns after its ``id``."""
+    return [
         sa.Column("session_key", sa.Text(), nullable=False),
         sa.Column("session_id", sa.Text(), nullable=False),
         sa.Column("compaction_id", sa.Text(), nullable=True),
         sa.Column("archived", sa.BigInteger(), nullable=False),
         sa.Column("unlinked", sa.BigInteger(), nullable=False),
+    ]
+
+
+def _create_counts_sqlite() -> None:
+    """SQLite: the keyed counts table, its unique indexes and its triggers (no rows)."""
+    op.create_table(
+        COUNTS,
+        sa.Column("id", ID, primary_key=True, autoincrement=True),
+        *_counts_columns(),
     )
     _create_counts_indexes()
 
@@ -289,11 +297,7 @@ def _partition_counts(bind: sa.engine.Connection) -> None:
         bind,
         COUNTS,
         sa.Column("id", ID, nullable=False, autoincrement=True),
-        sa.Column("session_key", sa.Text(), nullable=False),
-        sa.Column("session_id", sa.Text(), nullable=False),
-        sa.Column("compaction_id", sa.Text(), nullable=True),
-        sa.Column("archived", sa.BigInteger(), nullable=False),
-        sa.Column("unlinked", sa.BigInteger(), nullable=False),
+        *_counts_columns(),
         sa.PrimaryKeyConstraint(*NEW_KEY, name=op.f(f"pk_{COUNTS}")),
     )
     _create_counts_indexes_postgres()

@@ -40,13 +40,13 @@ def test_one_default_database_for_the_program_the_cli_and_alembic(
     """The README's program reads ``resolve_dsn()``; the command line and ``alembic`` resolve
     through the same function, so unset they all name ``<home>/sessions.db``."""
     from opensquilla.session.cli import runtime
-    from opensquilla.session.db import migrate
+    from opensquilla.session.db import alembic_cli
 
     monkeypatch.delenv(config.DSN_ENV, raising=False)
     monkeypatch.setenv(config.STATE_DIR_ENV, str(tmp_path / "state"))
     default = str(tmp_path / "state" / "sessions.db")
     assert package.resolve_dsn() == default
-    assert migrate.cli_dsn({}) == default
+    assert alembic_cli.cli_dsn({}) == default
     assert runtime.resolve_dsn is config.resolve_dsn  # the CLI's dsn() calls it
     monkeypatch.setenv(config.DSN_ENV, "postgresql://app@db/sessions")
-    assert package.resolve_dsn() == migrate.cli_dsn({}) == "postgresql://app@db/sessions"
+    assert package.resolve_dsn() == alembic_cli.cli_dsn({}) == "postgresql://app@db/sessions"

@@ -25,7 +25,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,13 +41,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alembic import command
 
-from ..config import mask_password, resolve_dsn
-from ..errors import MigrationError, SessionStoreError
-from ..fs.files import ensure_private_file
+from ..errors import MigrationError
 from . import indexes
 from .base import Base
-from .dsn import parse_target
-from .engine import BEGIN_OPTION, create_engine
+from .engine import BEGIN_OPTION
 from .errors import translated_errors
 from .layout import Layout
 from .layout import detect as detect_layout
@@ -129,7 +126,7 @@ def _prepare(connection: Connection) -> None:
     move_from_shared_table(connection, script_directory())
 
 
-async def _run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
+async def run_locked(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
     async with _one_migration_per_process(), translated_errors(), engine.connect() as conn:
         if engine.dialect.name != "postgresql":
             await conn.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
@@ -197,7 +194,7 @@ async def upgrade(
 ) -> None:
     """Upgrade to ``revision``; ``layout`` (db/layout.py) is the one a new database is
     created with (refused on one whose tables have another)."""
-    await _run_locked(engine, _command(command.upgrade, revision, requested=layout))
+    await run_locked(engine, _command(command.upgrade, revision, requested=layout))
 
 
 async def current_layout(engine: AsyncEngine) -> Layout | None:
@@ -207,11 +204,11 @@ async def current_layout(engine: AsyncEngine) -> Layout | None:
 
 
 async def downgrade(engine: AsyncEngine, revision: str) -> None:
-    await _run_locked(engine, _command(command.downgrade, revision))
+    await run_locked(engine, _command(command.downgrade, revision))
 
 
 async def stamp(engine: AsyncEngine, revision: str) -> None:
-    await _run_locked(engine, _command(command.stamp, revision))
+    await run_locked(engine, _command(command.stamp, revision))
 
 
 # Alembic keeps the running migration in module-level state (``alembic.context``), so two
@@ -286,7 +283,7 @@ async def repair_indexes(engine: AsyncEngine) -> list[str]:
     """Create the declared indexes the database lacks or holds invalid, under the migration
     lock, after re-reading the version there (a :class:`MigrationError` unless it is the
     head this code declares); the names created (docs/migrations.md#missing-indexes)."""
-    created: list[str] = await _run_locked(engine, _repair_at_head)
+    created: list[str] = await run_locked(engine, _repair_at_head)
     if created:
         log.warning(
             "created missing index(es) of the current schema: %s",
@@ -370,36 +367,3 @@ def history() -> list[RevisionInfo]:
             )
         )
     return out
-
-
-def cli_dsn(x_arguments: Mapping[str, str]) -> str:
-    """The DSN for the ``alembic`` command line: ``-x dsn=...``, the env variable, the default."""
-    return resolve_dsn(x_arguments.get("dsn"), given_as="-x dsn=")
-
-
-@contextlib.contextmanager
-def cli_errors() -> Iterator[None]:
-    """For the ``alembic`` command line: the package's own errors (a refused adoption, a
-    bad DSN) become Alembic's ``CommandError``, which it prints as one ``FAILED:`` line
-    with exit status 255, instead of a traceback. The message never carries a password."""
-    try:
-        yield
-    except SessionStoreError as exc:
-        raise CommandError(mask_password(" ".join(str(exc).split()))) from exc
-
-
-def run_from_cli(x_arguments: Mapping[str, str], fn: Callable[[Connection], None]) -> None:
-    """Run migrations for the ``alembic`` command line, with the same locking as code."""
-    with cli_errors():
-        target = parse_target(cli_dsn(x_arguments))
-        if target.path is not None:
-            ensure_private_file(target.path)
-
-        async def main() -> None:
-            engine = create_engine(target)
-            try:
-                await _run_locked(engine, fn)
-            finally:
-                await engine.dispose()
-
-        asyncio.run(main())

@@ -12,6 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
 from .base import Base
+from .layout import PARTITIONED_KEYS
 from .schema_policy import record_revision_policy
 from .tables import OUR_TABLES
 from .version_table import version_options
@@ -38,17 +39,7 @@ SEARCH_OBJECTS = frozenset(
 # ``INTEGER PRIMARY KEY AUTOINCREMENT``, which a composite key would lose), and Alembic does
 # not compare primary keys, so these are checked here (:func:`postgres_key_drift`), the
 # unique index by its columns instead of by Alembic's comparison.
-POSTGRES_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
-    "sessions": ("session_key",),
-    "transcript_entries": ("session_key", "id"),
-    "compacted_transcript_entries": ("session_key", "id"),
-    "session_summaries": ("session_key", "id"),
-    "session_context_states": ("session_key", "id"),
-    "session_archives": ("session_key", "id"),
-    "canonical_archive_counts": ("session_key", "id"),
-    "session_states": ("session_key",),
-    "compaction_leases": ("session_key",),
-}
+POSTGRES_PRIMARY_KEYS: dict[str, tuple[str, ...]] = PARTITIONED_KEYS
 POSTGRES_UNIQUE_INDEXES: dict[str, tuple[str, ...]] = {
     # The id by its md5: at the longest key and id the store allows (512 and 256 characters
     # of up to 4 bytes), the key and the id together pass btree's 2,704-byte entry limit.
