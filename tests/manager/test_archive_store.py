@@ -280,7 +280,8 @@ async def test_database_archive_and_reset_commit_together_or_not_at_all(
 
 async def _rows_in(repository: object) -> list[Any]:
     conn = repository.conn  # type: ignore[attr-defined]
-    return list(await conn.execute(sa.text("SELECT id FROM session_archives")))
+    query = sa.text("SELECT id FROM session_archives WHERE session_key = :key")
+    return list(await conn.execute(query, {"key": KEY}))
 
 
 @pytest.mark.parametrize("required", [False, True])

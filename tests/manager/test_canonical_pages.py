@@ -331,8 +331,10 @@ async def test_completeness_is_read_after_the_page(
     async def remove_summary() -> None:
         async with other.storage.engine.begin() as conn:
             await conn.execute(
-                sa.text("DELETE FROM session_summaries WHERE session_id = :sid"),
-                {"sid": node.session_id},
+                sa.text(
+                    "DELETE FROM session_summaries WHERE session_key = :k AND session_id = :sid"
+                ),
+                {"k": KEY, "sid": node.session_id},
             )
 
     with on_statement(storage, "after", is_page_statement, remove_summary) as fired:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.errors import InvalidInputError
@@ -224,6 +225,28 @@ async def test_session_filter_restricts(storage: SessionStorage) -> None:
     assert _ids(await storage.search_transcript_like("共享", other.session_id)) == [elsewhere.id]
     # Upstream applies the filter only when the id is truthy.
     assert len(await storage.search_transcript("shared", "")) == 2
+
+
+async def test_a_generation_searched_by_id_without_its_session_row(
+    storage: SessionStorage,
+) -> None:
+    """A search by session id carries the generation's key: that of its session, else the
+    key its rows are stored under (orphan rows, their session row gone), so they are still
+    found, live and archived, and another generation's rows are not."""
+    node = await new_session(storage, KEY)
+    other = await new_session(storage, OTHER)
+    live = await add_entry(storage, node, "orphaned heron 孤儿")
+    await insert_archive(storage, [archived(node, 4343, "archived heron 孤儿")])
+    await add_entry(storage, other, "neighbouring heron 孤儿")
+    async with storage.engine.begin() as conn:
+        await conn.execute(sa.text("DELETE FROM sessions WHERE session_key = :k"), {"k": KEY})
+
+    words = await storage.search_transcript("heron", node.session_id, include_archived=True)
+    assert sorted((h["id"], h["archived"]) for h in words) == [(live.id, False), (4343, True)]
+    like = await storage.search_transcript_like("孤儿", node.session_id, include_archived=True)
+    assert sorted(h["id"] for h in like) == [live.id, 4343]
+    assert {h["session_key"] for h in words + like} == {KEY}
+    assert await storage.search_transcript("heron", "no-such-generation") == []
 
 
 async def test_deleted_message_is_no_longer_found(storage: SessionStorage) -> None:

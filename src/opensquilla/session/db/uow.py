@@ -3,7 +3,8 @@
 ``async with uow.write() as tx:`` gives a :class:`Transaction` whose repositories
 (``tx.sessions``, ``tx.transcript``, ``tx.summaries``, ``tx.states`` (context states),
 ``tx.session_states`` and ``tx.scope_states`` (session and scoped state), ``tx.overview``,
-``tx.rows``, ``tx.search``, ``tx.leases``, ``tx.archives``) all run on that one connection;
+``tx.rows``, ``tx.search``, ``tx.leases``, ``tx.archives``, ``tx.compaction`` (a
+compaction's rows)) all run on that one connection;
 repositories never commit, the unit of work does. A use case opens the unit of work it needs and
 decides what it holds.
 
@@ -51,6 +52,7 @@ from .engine import BEGIN_OPTION
 from .errors import leaves_connection_in_doubt, translate, translated_errors
 from .repos import fenced_append
 from .repos.compaction_leases import LeaseRepository
+from .repos.compaction_rows import CompactionRepository
 from .repos.context_states import ContextStateRepository
 from .repos.overview import OverviewRepository
 from .repos.search import SearchRepository
@@ -72,6 +74,7 @@ class Transaction:
 
     __slots__ = (
         "archives",
+        "compaction",
         "leases",
         "overview",
         "rows",
@@ -94,6 +97,7 @@ class Transaction:
         self.search = SearchRepository(conn)
         self.leases = LeaseRepository(conn)
         self.archives = ArchiveRepository(conn)
+        self.compaction = CompactionRepository(conn)
         self.session_states = SessionStateRepository(conn)
         self.scope_states = ScopeStateRepository(conn)
 

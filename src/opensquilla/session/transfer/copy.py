@@ -84,7 +84,7 @@ async def table_checksums(
     """``(rows, sha256)`` per table over the rows these sessions hold, in key then id order,
     each row in its canonical form (so SQLite and PostgreSQL agree exactly when the values
     are the same)."""
-    store = TransferStore(storage)
+    store = TransferStore(storage, operation="copy")
     layout = store.layout()
     digests = {table: hashlib.sha256() for table in ALL_TABLES}
     counts = dict.fromkeys(ALL_TABLES, 0)
@@ -312,7 +312,8 @@ async def copy_sessions(
     reported in ``refused`` with the reason, and the copy goes on. Every error names its
     session. At the end the sessions are verified table by table.
     """
-    reading_from, writing_to = TransferStore(source), TransferStore(target)
+    reading_from = TransferStore(source, operation="copy")
+    writing_to = TransferStore(target, operation="copy")
     layout = reading_from.layout()
     keys = await reading_from.all_keys()
     batched = list(batches(keys, batch_size))

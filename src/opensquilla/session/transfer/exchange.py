@@ -51,7 +51,7 @@ async def export_sessions(
     Each batch of sessions is read from one snapshot. Named sessions that do not exist are
     refused (``SessionNotFoundError``) before anything is written.
     """
-    store = TransferStore(storage)
+    store = TransferStore(storage, operation="export")
     writer = ExportWriter(out, store.layout())
     if session_keys is None:
         keys = await store.all_keys()
@@ -92,7 +92,7 @@ async def export_to_file(
     temporary file beside it and renamed into place, so it never holds half an export; a
     symlink to one stays a symlink (the file it points to is replaced).
     """
-    database = TransferStore(storage).database_file
+    database = TransferStore(storage, operation="export").database_file
     kind, destination = await asyncio.to_thread(prepare, path, database)
     if kind == "stream":
         out = await asyncio.to_thread(open_stream, destination)
@@ -180,7 +180,7 @@ async def import_sessions(
     session is not written, the error names it and the sessions imported before it, which
     stay; the same import run again skips them and finishes the job.
     """
-    store = TransferStore(storage)
+    store = TransferStore(storage, operation="import")
     reader = ExportReader(path, store.layout())
     info = await asyncio.to_thread(reader.check)
     layout = reader.file_layout

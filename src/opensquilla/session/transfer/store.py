@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..db.generations import generation_guard
 from ..db.repos.transfer import table_layout
+from ..db.routing import cross_session
 from ..db.tables import CHILD_TABLES
 from ..errors import SessionExistsError
 from ..models.reports import IfExists, SessionRows, TableLayout
@@ -35,10 +36,13 @@ def batches(items: Sequence[str], size: int) -> Iterator[list[str]]:
 
 
 class TransferStore:
-    """One store as transfer uses it: the source or the target of a move."""
+    """One store as transfer uses it: the source or the target of a move, for one
+    cross-session ``operation`` (``export``, ``import`` or ``copy``: what its statements
+    about many sessions run as, docs/scaling.md#keys-and-statements)."""
 
-    def __init__(self, storage: SessionStorage) -> None:
+    def __init__(self, storage: SessionStorage, *, operation: str = "import") -> None:
         self._storage = storage
+        self._operation = operation
 
     @property
     def database_file(self) -> Path | None:
@@ -93,7 +97,8 @@ class TransferStore:
             for carried_id in sorted(i for i in carried if isinstance(i, str)):
                 await tx.sessions.claim_generation(carried_id, rows.session_key)
             filled = await tx.rows.insert_children(rows)
-            await tx.rows.advance_sequences(filled)
+            with cross_session(self._operation):  # past the largest id of the whole table
+                await tx.rows.advance_sequences(filled)
         return True
 
     async def generation_holders(self, session_ids: Sequence[str]) -> dict[str, set[str]]:

@@ -236,5 +236,7 @@ async def _fill(
         **target,
     )
     if fork == "full":
-        await tx.summaries.copy_to_session(source_session_id=parent.session_id, **target)
+        await tx.summaries.copy_to_session(
+            source_session_id=parent.session_id, source_session_key=parent.session_key, **target
+        )
         await tx.states.copy_valid_to_session(source_session_key=parent.session_key, **target)

@@ -26,6 +26,7 @@ from ..models.search import (
     picks_words,
 )
 from .generations import GenerationCache
+from .reads import owner_key
 
 
 async def _merged(
@@ -52,7 +53,7 @@ def _newest_first(hit: SearchHit) -> tuple[int, int]:
 async def _words(
     tx: Transaction,
     query: str,
-    session_id: str | None,
+    scope: tuple[str, str] | None,
     limit: int,
     include_archived: bool,
     rank_window: int | None,
@@ -65,14 +66,23 @@ async def _words(
 
     def find(archived: bool) -> Awaitable[list[SearchHit]]:
         return tx.search.words(
-            terms, archived=archived, session_id=session_id, window=rank_window, limit=limit
+            terms,
+            archived=archived,
+            session_key=scope[0] if scope else None,
+            session_id=scope[1] if scope else None,
+            window=rank_window,
+            limit=limit,
         )
 
     return await _merged(find, include_archived, _best_first, limit)
 
 
 async def _substrings(
-    tx: Transaction, query: str, session_id: str | None, limit: int, include_archived: bool
+    tx: Transaction,
+    query: str,
+    scope: tuple[str, str] | None,
+    limit: int,
+    include_archived: bool,
 ) -> list[SearchHit]:
     """Rows containing every whitespace-separated term of ``query`` (the first ten),
     newest first; Unicode case folded when the query has a cased non-ASCII letter."""
@@ -83,7 +93,12 @@ async def _substrings(
 
     def find(archived: bool) -> Awaitable[list[SearchHit]]:
         return tx.search.substrings(
-            terms, fold=fold, archived=archived, session_id=session_id, limit=limit
+            terms,
+            fold=fold,
+            archived=archived,
+            session_key=scope[0] if scope else None,
+            session_id=scope[1] if scope else None,
+            limit=limit,
         )
 
     return await _merged(find, include_archived, _newest_first, limit)
@@ -106,10 +121,17 @@ class Scope:
     key: CanonicalKey | None = None
     generations: GenerationCache | None = None
 
-    async def resolve(self, tx: Transaction) -> str | None:
+    async def resolve(self, tx: Transaction) -> tuple[str, str] | None:
+        """``(session_key, session_id)`` of the generation searched, ``None`` for every
+        session. A generation named by id alone searches under its owner's key (nothing
+        carries the id: a key that matches no row)."""
         if self.key is None or self.generations is None:
-            return self.session_id
-        return self.generations.found(self.key, await tx.sessions.get(self.key)).session_id
+            if self.session_id is None:
+                return None
+            key = await owner_key(tx, self.session_id)
+            return (key if key is not None else ""), self.session_id
+        node = self.generations.found(self.key, await tx.sessions.get(self.key))
+        return node.session_key, node.session_id
 
 
 def by_key(generations: GenerationCache, key: CanonicalKey | None) -> Scope:
@@ -130,8 +152,8 @@ async def words(
     if (not fts_terms(query) or limit == 0) and scope.key is None:
         return []
     async with uow.read() as tx:
-        session_id = await scope.resolve(tx)
-        return await _words(tx, query, session_id, limit, include_archived, rank_window)
+        resolved = await scope.resolve(tx)
+        return await _words(tx, query, resolved, limit, include_archived, rank_window)
 
 
 async def substrings(
@@ -142,8 +164,7 @@ async def substrings(
     if (not like_terms(query) or limit == 0) and scope.key is None:
         return []
     async with uow.read() as tx:
-        session_id = await scope.resolve(tx)
-        return await _substrings(tx, query, session_id, limit, include_archived)
+        return await _substrings(tx, query, await scope.resolve(tx), limit, include_archived)
 
 
 async def titles(uow: UnitOfWork, query: str, limit: int) -> list[SessionNode]:
@@ -171,11 +192,11 @@ async def search(
     wanted = min(limit * 5, INT64_MAX) if key is None else limit
     async with uow.read() as tx:
         found = await _titles(tx, query, limit) if key is None else []
-        session_id = await by_key(generations, key).resolve(tx)
+        scope = await by_key(generations, key).resolve(tx)
         if path == "words":
-            hits = await _words(tx, query, session_id, wanted, include_archived, RANK_WINDOW)
+            hits = await _words(tx, query, scope, wanted, include_archived, RANK_WINDOW)
         else:
-            hits = await _substrings(tx, query, session_id, wanted, include_archived)
+            hits = await _substrings(tx, query, scope, wanted, include_archived)
     if key is not None:
         return SearchResults(path=path, sessions=[], messages=hits[:limit])
     seen = {node.session_key for node in found}

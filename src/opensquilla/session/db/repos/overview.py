@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionNode, SessionSummary
 from ...models.reports import DeletionPreview, StoreCounts
+from ..routing import cross_session
 from ..rows import select_rows, to_model, to_models
 from ..tables import (
     OWNED_TABLES,
@@ -42,6 +43,12 @@ class OverviewRepository:
         return int((await self.conn.execute(query)).scalar_one() or 0)
 
     async def store_counts(self) -> StoreCounts:
+        """The store's counts (``stats``: over every session, it fans out under
+        distribution)."""
+        with cross_session("stats"):
+            return await self._store_counts()
+
+    async def _store_counts(self) -> StoreCounts:
         archive = compacted_transcript_entries
         by_status = select(session_summaries.c.flush_receipt_status, func.count()).group_by(
             session_summaries.c.flush_receipt_status
@@ -87,22 +94,24 @@ class OverviewRepository:
         return DeletionPreview(sessions=tuple(nodes), rows=rows)
 
     async def preview_prune(self, updated_before: int) -> DeletionPreview:
-        """What ``prune_stale(updated_before)`` would delete now."""
+        """What ``prune_stale(updated_before)`` would delete now (``retention``)."""
         selection = (
             select_rows(sessions, self.conn)
             .where(sessions.c.updated_at < updated_before)
             .order_by(*RETENTION_ORDER)
         )
-        return await self._sessions_preview(selection)
+        with cross_session("retention"):
+            return await self._sessions_preview(selection)
 
     async def preview_cap(self, max_entries: int) -> DeletionPreview:
         """What ``cap_sessions(max_entries)`` would delete now: the least recently updated
-        sessions beyond ``max_entries``."""
+        sessions beyond ``max_entries`` (``retention``)."""
         excess = await self._count(_count_of(sessions)) - max_entries
         if excess <= 0:
             return DeletionPreview()
         selection = select_rows(sessions, self.conn).order_by(*RETENTION_ORDER).limit(excess)
-        return await self._sessions_preview(selection)
+        with cross_session("retention"):
+            return await self._sessions_preview(selection)
 
     async def preview_truncate(self, session_id: str, max_messages: int) -> DeletionPreview:
         """What truncating one generation to its newest ``max_messages`` live rows removes:
@@ -151,8 +160,11 @@ class OverviewRepository:
         return DeletionPreview(rows=rows, invalidated_context_states=valid)
 
     async def summary_by_id(self, summary_id: int) -> SessionSummary | None:
+        """An operator's read by row id (``listing``: by id alone it fans out under
+        distribution)."""
         query = select_rows(session_summaries, self.conn).where(
             session_summaries.c.id == summary_id
         )
-        row = (await self.conn.execute(query)).first()
+        with cross_session("listing"):
+            row = (await self.conn.execute(query)).first()
         return to_model(SessionSummary, row, self.conn.dialect.name) if row is not None else None

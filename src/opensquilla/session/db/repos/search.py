@@ -11,6 +11,8 @@ Terms arrive already shaped by ``models/search.py``.
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import (
@@ -35,6 +37,7 @@ from ...models.search import (
     substring_snippet,
     word_snippet,
 )
+from ..routing import cross_session
 from ..rows import select_rows, to_models
 from ..sql import is_postgres
 from ..tables import compacted_transcript_entries as archive
@@ -65,7 +68,11 @@ def _sqlite_word_statement(archived: bool, session_id: str | None, window: int |
     are found first and only their snippets made."""
     fts, table = _FTS[archived]
     row_id = "e.original_entry_id" if archived else "e.id"
-    scope = " AND e.session_id = :session_id" if session_id is not None else ""
+    scope = (
+        " AND e.session_key = :session_key AND e.session_id = :session_id"
+        if session_id is not None
+        else ""
+    )
     hit = (
         f"coalesce({row_id}, 0) AS id, e.id AS row_id, e.session_key, e.session_id, "
         f"e.message_id, e.role, e.created_at, e.content, "
@@ -82,6 +89,26 @@ def _sqlite_word_statement(archived: bool, session_id: str | None, window: int |
         f"WHERE {fts} MATCH :query{scope} ORDER BY bm25({fts}), {fts}.rowid DESC LIMIT :limit"
     )
     return text(f"SELECT {hit} AND {fts}.rowid IN ({best}) ORDER BY rank DESC, e.id DESC")
+
+
+def _scope(session_id: str | None, session_key: str | None) -> tuple[str, str] | None:
+    """``(session_key, session_id)`` of a search of one generation, ``None`` for one across
+    sessions."""
+    if session_id is None:
+        return None
+    if session_key is None:
+        raise ValueError("a search of one generation names its session_key")
+    return session_key, session_id
+
+
+def _of(table: Table, scope: tuple[str, str]) -> tuple[ColumnElement[bool], ...]:
+    return table.c.session_key == scope[0], table.c.session_id == scope[1]
+
+
+def _across(scope: tuple[str, str] | None) -> AbstractContextManager[None]:
+    """A search across sessions is the ``search`` operation (it fans out under
+    distribution); one generation's is keyed."""
+    return cross_session("search") if scope is None else contextlib.nullcontext()
 
 
 def _pg_words(table: Table) -> ColumnElement[Any]:
@@ -110,20 +137,25 @@ class SearchRepository:
         *,
         archived: bool,
         session_id: str | None,
+        session_key: str | None = None,
         window: int | None,
         limit: int,
     ) -> list[SearchHit]:
         """Rows of the live table (or the archive) holding every term as a word, best first;
-        the best ``limit`` of the newest ``window`` matches (``None``: of every match)."""
+        the best ``limit`` of the newest ``window`` matches (``None``: of every match).
+        Generation ``session_id`` of ``session_key`` only, or (``None``) a search across
+        sessions (``search``)."""
+        scope = _scope(session_id, session_key)
         if is_postgres(self.conn):
-            return await self._pg_words(terms, archived, session_id, window, limit)
+            return await self._pg_words(terms, archived, scope, window, limit)
         statement = _sqlite_word_statement(archived, session_id, window)
         values: dict[str, Any] = {"query": sanitize_fts_query(" ".join(terms)), "limit": limit}
-        if session_id is not None:
-            values["session_id"] = session_id
+        if scope is not None:
+            values["session_key"], values["session_id"] = scope
         if window is not None:
             values["window"] = window
-        rows = await self.conn.execute(statement, values)
+        with _across(scope):
+            rows = (await self.conn.execute(statement, values)).all()
         return [
             # FTS5's snippet stops at a NUL character; such a text gets ours.
             _hit(row, word_snippet(row.content, terms), archived, float(row.rank))
@@ -136,7 +168,7 @@ class SearchRepository:
         self,
         terms: list[str],
         archived: bool,
-        session_id: str | None,
+        scope: tuple[str, str] | None,
         window: int | None,
         limit: int,
     ) -> list[SearchHit]:
@@ -146,8 +178,8 @@ class SearchRepository:
         words = _pg_words(table)
         query = func.plainto_tsquery(literal_column("'simple'"), bindparam("query"))
         candidates = select(table.c.id).where(words.op("@@")(query))
-        if session_id is not None:
-            candidates = candidates.where(table.c.session_id == session_id)
+        if scope is not None:
+            candidates = candidates.where(*_of(table, scope))
         if window is not None:
             candidates = candidates.order_by(table.c.id.desc()).limit(window)
         found = candidates.subquery("found")
@@ -158,7 +190,10 @@ class SearchRepository:
             .order_by(rank.desc(), table.c.id.desc())
             .limit(limit)
         )
-        rows = await self.conn.execute(statement, {"query": " ".join(terms)})
+        if scope is not None:
+            statement = statement.where(table.c.session_key == scope[0])
+        with _across(scope):
+            rows = (await self.conn.execute(statement, {"query": " ".join(terms)})).all()
         return [
             _hit(row, word_snippet(row.content, terms), archived, float(row.rank)) for row in rows
         ]
@@ -170,18 +205,22 @@ class SearchRepository:
         fold: bool,
         archived: bool,
         session_id: str | None,
+        session_key: str | None = None,
         limit: int,
     ) -> list[SearchHit]:
         """Rows of the live table (or the archive) containing every term, newest written
         first; ``fold``: compare Unicode-lowercased text (SQLite; PostgreSQL's ``ILIKE``
-        always folds)."""
+        always folds). Generation ``session_id`` of ``session_key`` only, or (``None``) a
+        search across sessions (``search``)."""
+        scope = _scope(session_id, session_key)
         table = archive if archived else live
         statement: Select[Any] = select(*_hit_columns(table), table.c.content)
         statement = statement.where(*self._contains_all(table.c.content, terms, fold))
-        if session_id is not None:
-            statement = statement.where(table.c.session_id == session_id)
+        if scope is not None:
+            statement = statement.where(*_of(table, scope))
         statement = statement.order_by(table.c.id.desc()).limit(limit)
-        rows = await self.conn.execute(statement)
+        with _across(scope):
+            rows = (await self.conn.execute(statement)).all()
         first = terms[0] if terms else ""
         return [_hit(row, substring_snippet(row.content, first), archived, None) for row in rows]
 

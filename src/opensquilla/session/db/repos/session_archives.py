@@ -7,6 +7,7 @@ from sqlalchemy import BigInteger, Column, Index, MetaData, Table, Text, func, i
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models.archives import StoredArchive
+from ..routing import cross_session
 from ..types import IntId, LosslessText
 
 # The archive, not one of the five tables: its own metadata, so export, import, retention
@@ -68,19 +69,26 @@ class ArchiveRepository:
     async def list_archives(
         self, session_key: str | None, limit: int | None
     ) -> list[StoredArchive]:
-        """Archives oldest first (by id), of one key or of all."""
+        """Archives oldest first (by id), of one key or of all (a ``listing``)."""
         query = select(*_SUMMARY).order_by(session_archives.c.id).limit(limit)
         if session_key is not None:
             query = query.where(session_archives.c.session_key == session_key)
-        rows = (await self.conn.execute(query)).mappings()
+            rows = (await self.conn.execute(query)).mappings().all()
+        else:
+            with cross_session("listing"):
+                rows = (await self.conn.execute(query)).mappings().all()
         return [StoredArchive(**row) for row in rows]
 
     async def document(self, archive_id: int) -> str | None:
+        """The document of archive ``archive_id``: an operator's read by row id, which by
+        id alone fans out under distribution (``listing``)."""
         query = select(session_archives.c.document).where(session_archives.c.id == archive_id)
-        return (await self.conn.execute(query)).scalar_one_or_none()
+        with cross_session("listing"):
+            return (await self.conn.execute(query)).scalar_one_or_none()
 
     async def totals(self) -> tuple[int, int]:
-        """``(archives, bytes)`` of the whole table."""
+        """``(archives, bytes)`` of the whole table (``stats``)."""
         query = select(func.count(), func.coalesce(func.sum(session_archives.c.size_bytes), 0))
-        count, size = (await self.conn.execute(query.select_from(session_archives))).one()
+        with cross_session("stats"):
+            count, size = (await self.conn.execute(query.select_from(session_archives))).one()
         return int(count), int(size)

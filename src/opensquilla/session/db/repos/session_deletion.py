@@ -12,6 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import BindParameter, ColumnElement
 
+from ..routing import cross_session
 from ..sql import is_postgres
 from ..tables import OWNED_TABLES, session_context_states, session_summaries, sessions
 from .states import session_states
@@ -51,6 +52,12 @@ def owned_rows(
         return this_generation, and_(other_rows, ~shown_elsewhere)
     shown_elsewhere = exists().where(link == mine, sessions.c.session_key.not_in(keys))
     return this_generation, and_(other_rows, ~this_generation, ~shown_elsewhere)
+
+
+def _by_id(table: Table, position: int) -> bool:
+    """Whether the condition at ``position`` of :func:`owned_rows` selects ``table``'s rows
+    by session id (rather than by key)."""
+    return position == (1 if table is session_context_states else 0)
 
 
 def _listed(conn: AsyncConnection, values: Sequence[str]) -> Any:
@@ -109,8 +116,16 @@ class SessionDeletion:
             # Summaries have no index on session_key, so that test scans the table: a list of
             # parameters is hashed once per statement there, an array searched row by row.
             keys = deleted_keys if table is session_summaries else listed_keys
-            for owned in owned_rows(table, keys, listed_ids, sessions_deleted=True):
-                await self.conn.execute(delete(table).where(owned))
+            owned_by = owned_rows(table, keys, listed_ids, sessions_deleted=True)
+            for position, owned in enumerate(owned_by):
+                if _by_id(table, position):
+                    # The rows carrying the sessions' current ids under whatever key they
+                    # are stored (a legacy spelling of the key among them): by id alone,
+                    # so under distribution this one fans out to every shard.
+                    with cross_session("retention"):
+                        await self.conn.execute(delete(table).where(owned))
+                else:
+                    await self.conn.execute(delete(table).where(owned))
         # The sessions' state (one row per key, outside the five tables), in the same
         # transaction.
         await self.conn.execute(

@@ -9,6 +9,7 @@ from sqlalchemy import Select, bindparam, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionSummary
+from ..routing import cross_session
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
 from ..sql import lock_key
 from ..tables import session_summaries as summaries
@@ -17,10 +18,10 @@ ORDER = (summaries.c.compaction_index.asc(), summaries.c.id.asc())
 DEGRADED_STATUSES = ("degraded_forensic", "failed_retryable")
 
 
-def _next_index(session_id: str) -> Any:
+def _next_index(session_key: str, session_id: str) -> Any:
     return (
         select(func.coalesce(func.max(summaries.c.compaction_index), -1) + 1)
-        .where(summaries.c.session_id == session_id)
+        .where(summaries.c.session_key == session_key, summaries.c.session_id == session_id)
         .scalar_subquery()
     )
 
@@ -41,7 +42,7 @@ class SummaryRepository:
         """
         await lock_key(self.conn, summary.session_id)
         values = values_of(summary, summaries)
-        values["compaction_index"] = _next_index(summary.session_id)
+        values["compaction_index"] = _next_index(summary.session_key, summary.session_id)
         stmt = (
             summaries.insert()
             .values(values)
@@ -74,6 +75,7 @@ class SummaryRepository:
         self,
         *,
         source_session_id: str,
+        source_session_key: str,
         target_session_id: str,
         target_session_key: str,
     ) -> int:
@@ -82,7 +84,10 @@ class SummaryRepository:
         names = [c.name for c in summaries.columns if c.name != "id"]
         base = (
             select(func.coalesce(func.max(summaries.c.compaction_index), -1).label("base"))
-            .where(summaries.c.session_id == target_session_id)
+            .where(
+                summaries.c.session_key == target_session_key,
+                summaries.c.session_id == target_session_id,
+            )
             .scalar_subquery()
         )
         position = func.row_number().over(order_by=list(ORDER))
@@ -97,11 +102,15 @@ class SummaryRepository:
                 values.append(base + position)
             else:
                 values.append(column)
-        source = select(*values).where(summaries.c.session_id == source_session_id)
+        source = select(*values).where(
+            summaries.c.session_key == source_session_key,
+            summaries.c.session_id == source_session_id,
+        )
         stmt = summaries.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def list_degraded(self, *, key_prefix: str | None, limit: int) -> list[SessionSummary]:
+        """The degraded queue across sessions (a listing: it fans out under distribution)."""
         query = select_rows(summaries, self.conn).where(
             summaries.c.flush_receipt_status.in_(DEGRADED_STATUSES)
         )
@@ -111,10 +120,22 @@ class SummaryRepository:
                 func.substr(summaries.c.session_key, 1, len(key_prefix)) == key_prefix
             )
         query = query.order_by(summaries.c.created_at.asc(), summaries.c.id.asc()).limit(limit)
-        return to_models(SessionSummary, self.conn.dialect.name, await self.conn.execute(query))
+        with cross_session("listing"):
+            rows = await self.conn.execute(query)
+        return to_models(SessionSummary, self.conn.dialect.name, rows)
 
-    async def set_flush_status(self, summary_id: int, status: str) -> int:
-        stmt = update(summaries).where(summaries.c.id == summary_id)
+    async def key_of(self, summary_id: int) -> str | None:
+        """The key summary ``summary_id`` is stored under, ``None`` for no such row. By id
+        alone: it fans out under distribution (``listing``, the by-id resolution)."""
+        query = select(summaries.c.session_key).where(summaries.c.id == summary_id).limit(1)
+        with cross_session("listing"):
+            found = (await self.conn.execute(query)).scalar()
+        return None if found is None else str(found)
+
+    async def set_flush_status(self, summary_id: int, status: str, *, session_key: str) -> int:
+        stmt = update(summaries).where(
+            summaries.c.session_key == session_key, summaries.c.id == summary_id
+        )
         return int((await self.conn.execute(stmt.values(flush_receipt_status=status))).rowcount)
 
     async def set_flush_status_by_compaction(

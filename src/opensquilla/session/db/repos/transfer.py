@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from ...models.reports import ColumnKind, SessionRows, TableLayout
+from ..routing import cross_session
 from ..sql import chunks, is_postgres
 from ..tables import CHILD_TABLES, sessions
 from ..tables import TABLES as _ALL
@@ -132,6 +133,8 @@ class TransferRepository:
         The sequence only ever moves forward (``GREATEST`` with its current value), so ids that
         concurrent writers already drew stay unused by later inserts. No-op on SQLite, where an
         ``AUTOINCREMENT`` table records explicit ids in ``sqlite_sequence`` by itself.
+        The largest id is the whole table's: the caller runs it as its cross-session
+        operation (``import``, ``copy``).
         """
         if not is_postgres(self.conn):
             return
@@ -141,19 +144,23 @@ class TransferRepository:
 
     async def ids_in_use(self, table_name: str, ids: Sequence[int]) -> dict[int, str]:
         """Which of these ids ``table_name`` (a child table) already holds, each with the key
-        its row is stored under. An index probe per id (the primary key)."""
+        its row is stored under. An index probe per id; by id alone, so under distribution it
+        fans out to every shard (``listing``, the by-id resolution)."""
         table = TABLES[table_name]
         found: dict[int, str] = {}
         for chunk in chunks(sorted(set(ids)), _LOOKUP_CHUNK):
             query = select(table.c.id, table.c.session_key).where(table.c.id.in_(chunk))
-            for row in await self.conn.execute(query):
+            with cross_session("listing"):
+                rows = (await self.conn.execute(query)).all()
+            for row in rows:
                 found[int(row.id)] = str(row.session_key)
         return found
 
     async def generation_holders(self, session_ids: Sequence[str]) -> dict[str, set[str]]:
         """For each of these session ids that is in use: the keys holding it, as the current
         generation of a session or on rows stored under a key (every table has an index on
-        ``session_id``, since the unique constraint on ``sessions`` has one too)."""
+        ``session_id``, since the unique constraint on ``sessions`` has one too). By id
+        alone: under distribution they fan out to every shard (``listing``)."""
         holders: dict[str, set[str]] = {}
         for chunk in chunks(sorted(set(session_ids)), _LOOKUP_CHUNK):
             for table in TABLES.values():
@@ -162,6 +169,8 @@ class TransferRepository:
                     .where(table.c.session_id.in_(chunk))
                     .distinct()
                 )
-                for row in await self.conn.execute(query):
+                with cross_session("listing"):
+                    rows = (await self.conn.execute(query)).all()
+                for row in rows:
                     holders.setdefault(str(row.session_id), set()).add(str(row.session_key))
         return holders

@@ -91,7 +91,7 @@ async def rewrite_compacted_session(
         node = await tx.sessions.get(key, lock="update")
         if node is None or (node.session_id, node.epoch) != (planned.session_id, planned.epoch):
             return False
-        positions = await tx.transcript.live_positions(node.session_id)
+        positions = await tx.compaction.live_positions(node.session_id, session_key=key)
         live_ids = [row_id for row_id, _ in positions]
         if allow_appended:
             live_ids = live_ids[: len(expected_live_ids)]
@@ -111,7 +111,7 @@ async def rewrite_compacted_session(
         if archive_count > 0:
             last_id, last_created = positions[archive_count - 1]
             boundary = (last_created, last_id)
-            await tx.transcript.archive_prefix(
+            await tx.compaction.archive_prefix(
                 session_id=node.session_id,
                 session_key=key,
                 boundary=boundary,
@@ -119,8 +119,8 @@ async def rewrite_compacted_session(
                 compaction_index=summary.compaction_index if summary else None,
                 archived_at=now,
             )
-            await tx.transcript.delete_prefix(node.session_id, boundary)
-        await tx.transcript.delete_ids(node.session_id, drop_ids)
+            await tx.compaction.delete_prefix(node.session_id, boundary, session_key=key)
+        await tx.compaction.delete_ids(node.session_id, drop_ids, session_key=key)
         for entry in new_entries:
             entry.session_id, entry.session_key = node.session_id, key
         await tx.transcript.insert_many(new_entries)

@@ -21,7 +21,9 @@ async def preimage(uow: UnitOfWork, summary: SessionSummary) -> list[TranscriptE
     """The live rows a compaction folded away, as they were (``id`` = their live id)."""
     if not summary.compaction_id:
         return []
-    rows = await summaries.compacted_entries(uow, summary.session_id, summary.compaction_id)
+    rows = await summaries.compacted_entries(
+        uow, summary.session_id, summary.compaction_id, session_key=summary.session_key
+    )
     return [
         TranscriptEntry.from_row(
             {name: getattr(row, name) for name in TranscriptEntry.model_fields if name != "id"}
@@ -34,7 +36,7 @@ async def preimage(uow: UnitOfWork, summary: SessionSummary) -> list[TranscriptE
 async def mark_repair_status(uow: UnitOfWork, summary: SessionSummary, status: str) -> None:
     if summary.id is None:
         return
-    await summaries.set_flush_status(uow, summary.id, status)
+    await summaries.set_flush_status(uow, summary.id, status, session_key=summary.session_key)
     summary.flush_receipt_status = status
 
 

@@ -57,9 +57,16 @@ async def degraded(uow: UnitOfWork, key_prefix: str | None, limit: int) -> list[
         return await tx.summaries.list_degraded(key_prefix=key_prefix, limit=limit)
 
 
-async def set_flush_status(uow: UnitOfWork, summary_id: int, status: str) -> int:
+async def set_flush_status(
+    uow: UnitOfWork, summary_id: int, status: str, *, session_key: str | None = None
+) -> int:
+    """Set the flush receipt status of summary ``summary_id`` (stored under ``session_key``;
+    ``None``: the key is looked up by the id first); how many rows changed."""
     async with uow.write() as tx:
-        return await tx.summaries.set_flush_status(summary_id, status)
+        key = session_key if session_key is not None else await tx.summaries.key_of(summary_id)
+        if key is None:
+            return 0
+        return await tx.summaries.set_flush_status(summary_id, status, session_key=key)
 
 
 async def set_flush_status_by_compaction(
@@ -70,11 +77,21 @@ async def set_flush_status_by_compaction(
 
 
 async def compacted_entries(
-    uow: UnitOfWork, session_id: str, compaction_id: str | None
+    uow: UnitOfWork,
+    session_id: str,
+    compaction_id: str | None,
+    *,
+    session_key: str | None = None,
 ) -> list[CompactedTranscriptEntry]:
-    """The compacted archive of one generation (of one compaction, when given)."""
+    """The compacted archive of one generation (of one compaction, when given), stored
+    under ``session_key`` (``None``: the generation's owner, looked up by its id)."""
     async with uow.read() as tx:
-        return await tx.transcript.list_archive(session_id, compaction_id=compaction_id)
+        key = session_key if session_key is not None else await owner_key(tx, session_id)
+        if key is None:
+            return []
+        return await tx.compaction.list_archive(
+            session_id, session_key=key, compaction_id=compaction_id
+        )
 
 
 async def current(
