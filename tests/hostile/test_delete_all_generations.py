@@ -257,6 +257,15 @@ async def test_a_reset_keeps_its_policy_and_its_preview_counts_what_it_removes(
     for table in CHILD_TABLES:
         assert await _count(storage, table, "session_id = :i", i=OLDER) == 1, table
     assert await _count(storage, "transcript_entries", "session_key = :k", k=DOOMED) == 2
+    # A reset acts on the key's rows (one shard): the old generation's row a legacy database
+    # stored under another spelling of the key stays (docs/semantics.md, "One generation").
+    legacy = {"k": "agent:main:Doomed", "i": nodes["doomed"].session_id}
+    assert (
+        await _count(
+            storage, "transcript_entries", "session_key = :k AND session_id = :i", **legacy
+        )
+        == 1
+    )
     assert nodes["doomed"].session_id != (await manager.get_session(DOOMED)).session_id  # type: ignore[union-attr]
 
 

@@ -54,12 +54,20 @@ async def _compacted(manager: SessionManager, key: str, rounds: int = 2) -> str:
     return await _session_id(manager, key)
 
 
-def _rows(session_id: str, compaction_id: str | None, count: int, *, linked: bool = True) -> Any:
-    """``count`` archive rows of ``session_id`` in one ``INSERT`` statement."""
+def _rows(
+    session_id: str,
+    compaction_id: str | None,
+    count: int,
+    *,
+    linked: bool = True,
+    session_key: str | None = None,
+) -> Any:
+    """``count`` archive rows of ``session_id`` in one ``INSERT`` statement, stored under
+    ``session_key`` (a session's rows are those under its key; else a key of their own)."""
     values = [
         {
             "session_id": session_id,
-            "session_key": f"agent:main:{session_id}",
+            "session_key": session_key or f"agent:main:{session_id}",
             "compaction_id": compaction_id,
             "original_entry_id": 10_000 + n if linked else None,
             "message_id": uuid.uuid4().hex,
@@ -171,7 +179,7 @@ async def test_raw_inserts_deletes_and_updates_are_counted(
 
     # Rows of no compaction, some unlinked, and rows of another session, in one statement
     # each; then in one transaction with a delete.
-    await _execute(storage, _rows(session_id, None, 3, linked=False))
+    await _execute(storage, _rows(session_id, None, 3, linked=False, session_key=KEY))
     counted = await assert_archive_counts_exact(storage)
     assert (session_id, None, 3, 3) in counted
     assert await manager.get_canonical_transcript_coverage(KEY) == incomplete
@@ -392,7 +400,9 @@ async def test_the_coverage_is_the_formula_over_the_archived_rows(
                 covered_through_id=covered,
             )
         )
-    await _execute(storage, *(_rows(session_id, c, n, linked=lk) for c, n, lk in groups))
+    await _execute(
+        storage, *(_rows(session_id, c, n, linked=lk, session_key=key) for c, n, lk in groups)
+    )
     compaction_count, forked, schema_version = session
     await _execute(
         storage,

@@ -261,7 +261,7 @@ async def test_database_archive_and_reset_commit_together_or_not_at_all(
         old_id = await _history(manager)
         tables, cached = await table_snapshot(storage), manager.get_cached_epoch(KEY)
 
-        async def crash(self: object, session_id: str) -> None:
+        async def crash(self: object, session_id: str, *, session_key: str) -> None:
             assert len(await _rows_in(self)) == 1  # the row is in this transaction
             raise InjectedCrash("crash at the delete")
 

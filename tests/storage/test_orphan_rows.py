@@ -44,6 +44,23 @@ async def test_orphan_rows_are_read_by_their_session_id(storage: SessionStorage)
     assert [s.summary_text for s in await storage.get_all_summaries(ORPHAN_ID)] == ["kept"]
     latest = await storage.get_latest_summary(ORPHAN_ID)
     assert latest is not None and latest.summary_text == "kept"
+    # The canonical forms, the one-message forms and the deletes by id too.
+    canonical = await storage.get_canonical_transcript(ORPHAN_ID)
+    assert [e.content for e in canonical] == ["c0", "c1", "c2"]
+    page, has_more = await storage.get_canonical_transcript_page(ORPHAN_ID, limit=2)
+    assert [e.content for e in page] == ["c1", "c2"] and has_more
+    older, _ = await storage.get_canonical_transcript_page(
+        ORPHAN_ID, limit=2, before=(page[0].created_at, page[0].id or 0)
+    )
+    assert [e.content for e in older] == ["c0"]
+    found = await storage.get_canonical_transcript_entry(ORPHAN_ID, "m1")
+    assert found is not None and found.content == "c1"
+    coverage = await storage.get_canonical_transcript_coverage(ORPHAN_ID)
+    assert coverage.canonical_complete is False  # no session row: nothing proves it
+    assert await storage.delete_transcript_entry(ORPHAN_ID, "m0")
+    assert await storage.count_transcript_entries(ORPHAN_ID) == 2
+    await storage.delete_transcript(ORPHAN_ID)
+    assert await storage.get_canonical_transcript(ORPHAN_ID) == []
 
 
 async def test_an_id_nothing_carries_reads_empty(storage: SessionStorage) -> None:
@@ -55,3 +72,8 @@ async def test_an_id_nothing_carries_reads_empty(storage: SessionStorage) -> Non
     assert await storage.count_transcript_entries("no-such-generation") == 0
     assert await storage.get_all_summaries("no-such-generation") == []
     assert await storage.get_latest_summary("no-such-generation") is None
+    assert await storage.get_canonical_transcript("no-such-generation") == []
+    assert await storage.get_canonical_transcript_entry("no-such-generation", "m") is None
+    assert not await storage.delete_transcript_entry("no-such-generation", "m")
+    await storage.delete_transcript("no-such-generation")
+    assert await manager.count_transcript_entries("agent:main:someone") == 1

@@ -103,7 +103,9 @@ async def _write(
     try:
         async with uow.one_statement() if alone else uow.write() as tx:
             if ids:
-                taken = await tx.transcript.live_message_ids(first.session_id, ids)
+                taken = await tx.transcript.live_message_ids(
+                    first.session_id, ids, session_key=first.session_key
+                )
                 if taken:
                     index = next(i for i, e in enumerate(entries) if e.message_id in taken)
                     raise InvalidInputError(

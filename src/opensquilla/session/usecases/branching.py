@@ -92,8 +92,8 @@ async def refuse_fork_through_turn(uow: UnitOfWork, key: CanonicalKey, turn_id: 
         parent = await tx.sessions.get(key)
         if parent is None:
             raise SessionNotFoundError(f"Parent session not found: {key}")
-        coverage = await tx.transcript.coverage(parent.session_id)
-        rows = await tx.transcript.list_canonical(parent.session_id)
+        coverage = await tx.transcript.coverage(parent.session_id, session_key=parent.session_key)
+        rows = await tx.transcript.list_canonical(parent.session_id, session_key=parent.session_key)
     if not coverage.canonical_complete:
         raise InvalidInputError(
             "Cannot fork through a turn because canonical transcript history is incomplete"
@@ -116,7 +116,10 @@ async def branch_session(
     """Create the child session in one write transaction (see the module docstring).
 
     ``session_id`` gives the child a chosen generation id (as ``create`` allows); it must be
-    free (``SessionIdInUseError``). ``MessageNotFoundError`` before any write when a prefix
+    free (``SessionIdInUseError``). Without, the child's id is a ``uuid4`` generated now,
+    new everywhere by the store's rule (docs/scaling.md#keys-and-statements), so the fork
+    reads and writes the parent's and the child's rows only: no lookup of the id in every
+    table (which fans out to every shard). ``MessageNotFoundError`` before any write when a prefix
     fork's ``before_message_id`` is not in the parent's canonical transcript.
     """
     fork = options.get("fork", "none")
@@ -132,7 +135,7 @@ async def branch_session(
             child.display_name = options.get("display_name")
             if (session_id := options.get("session_id")) is not None:
                 child.session_id = session_id
-            await tx.sessions.claim_generation(child.session_id, child.session_key)
+                await tx.sessions.claim_generation(child.session_id, child.session_key)
             before, budget = options.get("before_message_id"), options.get("max_fork_tokens")
             await _fill(tx, parent, child, fork, before, budget)
     except IntegrityViolationError as exc:
@@ -176,7 +179,7 @@ async def _record_lineage(
 ) -> None:
     """:func:`set_lineage` from the parent's coverage read now, inside the branch
     transaction."""
-    coverage = await tx.transcript.coverage(parent.session_id)
+    coverage = await tx.transcript.coverage(parent.session_id, session_key=parent.session_key)
     copied = 0
     if fork == "full" and not coverage.canonical_complete:
         copied = len(
@@ -201,13 +204,15 @@ async def _fill(
             if before_message_id is None:
                 raise InvalidInputError("a prefix fork needs before_message_id")
             position = await tx.transcript.find_canonical_position(
-                parent.session_id, before_message_id
+                parent.session_id, before_message_id, session_key=parent.session_key
             )
             if position is None:
                 raise MessageNotFoundError(
                     f"Transcript message not found in {parent.session_key}: {before_message_id}"
                 )
-        tokens = await tx.transcript.token_sum_before(parent.session_id, position)
+        tokens = await tx.transcript.token_sum_before(
+            parent.session_id, position, session_key=parent.session_key
+        )
         if fork == "full":
             lengths = await tx.summaries.text_lengths(
                 parent.session_id, session_key=parent.session_key
@@ -222,11 +227,13 @@ async def _fill(
     if not copy:
         return
     target = {"target_session_id": child.session_id, "target_session_key": child.session_key}
+    # Each copy is one INSERT ... SELECT from the parent's key into the child's: under
+    # distribution a statement across two shards (the coordinator pulls the source rows),
+    # the transaction committed on both by two-phase commit (docs/scaling.md).
+    source = {"source_session_id": parent.session_id, "source_session_key": parent.session_key}
     if fork == "full":
-        await tx.transcript.copy_archive_to_session(source_session_id=parent.session_id, **target)
-    await tx.transcript.copy_to_session(
-        source_session_id=parent.session_id, before=position, **target
-    )
+        await tx.transcript.copy_archive_to_session(**source, **target)
+    await tx.transcript.copy_to_session(before=position, **source, **target)
     # The parent's current state, whole (also for a prefix fork), at revision 0
     # (docs/state.md#reset-and-fork).
     await tx.session_states.copy_to_session(

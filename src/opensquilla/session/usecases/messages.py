@@ -20,6 +20,7 @@ from ..models import SessionNode, TranscriptEntry
 from ..models.identity import check_turn_context
 from ..models.messages import CheckedMessage
 from .generations import GenerationCache
+from .reads import owner_key
 from .transcript import Transcripts
 
 current_turn_context: ContextVar[dict[str, Any] | None] = ContextVar(
@@ -44,14 +45,20 @@ async def remove_message(uow: UnitOfWork, key: CanonicalKey, message_id: str) ->
         node = await tx.sessions.get(key)
         if node is None:
             return False
-        return await tx.transcript.delete_live_message(node.session_id, message_id) > 0
+        deleted = await tx.transcript.delete_live_message(
+            node.session_id, message_id, session_key=node.session_key
+        )
+        return deleted > 0
 
 
 async def delete_entry(uow: UnitOfWork, session_id: str, message_id: str) -> bool:
     """Delete the live rows of generation ``session_id`` carrying ``message_id``; ``True``
     iff there was one (the archive and the session's counters untouched)."""
     async with uow.write() as tx:
-        return await tx.transcript.delete_live_message(session_id, message_id) > 0
+        key = await owner_key(tx, session_id)
+        if key is None:
+            return False
+        return await tx.transcript.delete_live_message(session_id, message_id, session_key=key) > 0
 
 
 async def update_turn_context(

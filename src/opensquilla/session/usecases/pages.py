@@ -22,6 +22,7 @@ from ..models import (
     TranscriptEntry,
 )
 from .generations import GenerationCache
+from .reads import owner_key
 
 
 def _unit(
@@ -32,15 +33,19 @@ def _unit(
 
 
 async def _window(
-    tx: Transaction, session_id: str, size: int, before: Cursor | None, after: Cursor | None
+    tx: Transaction,
+    session_key: str,
+    session_id: str,
+    size: int,
+    before: Cursor | None,
+    after: Cursor | None,
 ) -> tuple[list[TranscriptEntry], bool]:
     """One page on ``tx`` and whether more rows lie beyond it in the direction of travel:
     from a cursor that names a row of the generation (``before`` first), else backward
     from the newest row."""
     cursors = [cursor for cursor in (before, after) if cursor is not None]
-    named = dict(
-        zip(cursors, await tx.transcript.named_positions(session_id, cursors), strict=True)
-    )
+    found = await tx.transcript.named_positions(session_id, cursors, session_key=session_key)
+    named = dict(zip(cursors, found, strict=True))
     position: Cursor | None = None
     forward = False
     if before is not None and named[before]:
@@ -48,7 +53,7 @@ async def _window(
     elif after is not None and named[after]:
         position, forward = after, True
     rows = await tx.transcript.canonical_window(
-        session_id, limit=size + 1, position=position, forward=forward
+        session_id, session_key=session_key, limit=size + 1, position=position, forward=forward
     )
     page = rows[:size]
     return (page if forward else page[::-1]), len(rows) > size
@@ -68,8 +73,10 @@ async def canonical_page(
     in between is counted, its rows being in the archive by then)."""
     async with _unit(uow, before, after)() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        entries, has_more = await _window(tx, node.session_id, size, before, after)
-        coverage = await tx.transcript.coverage(node.session_id)
+        entries, has_more = await _window(
+            tx, node.session_key, node.session_id, size, before, after
+        )
+        coverage = await tx.transcript.coverage(node.session_id, session_key=node.session_key)
     return CanonicalTranscriptPage(entries, has_more, coverage.canonical_complete)
 
 
@@ -78,7 +85,10 @@ async def page_of(
 ) -> tuple[list[TranscriptEntry], bool]:
     """One page of generation ``session_id`` and ``has_more`` (the storage's rows)."""
     async with _unit(uow, before, after)() as tx:
-        return await _window(tx, session_id, size, before, after)
+        key = await owner_key(tx, session_id)
+        if key is None:
+            return [], False
+        return await _window(tx, key, session_id, size, before, after)
 
 
 async def coverage(
@@ -87,13 +97,16 @@ async def coverage(
     """The current generation's coverage (``SessionNotFoundError`` for a missing key)."""
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        return await tx.transcript.coverage(node.session_id)
+        return await tx.transcript.coverage(node.session_id, session_key=node.session_key)
 
 
 async def coverage_of(uow: UnitOfWork, session_id: str) -> CanonicalTranscriptCoverage:
     """Generation ``session_id``'s coverage; ``(False, 0, False)`` for no such id."""
     async with uow.read() as tx:
-        return await tx.transcript.coverage(session_id)
+        key = await owner_key(tx, session_id)
+        if key is None:
+            return CanonicalTranscriptCoverage(False, 0, False)
+        return await tx.transcript.coverage(session_id, session_key=key)
 
 
 async def iter_canonical_transcript(
@@ -127,7 +140,7 @@ async def iter_canonical_transcript(
                     raise SessionNotFoundError(f"Session not found: {key}")
                 session_id = node.session_id
             rows = await tx.transcript.canonical_window(
-                session_id, limit=size, position=position, forward=True
+                session_id, session_key=key, limit=size, position=position, forward=True
             )
         for entry in rows:
             yield entry

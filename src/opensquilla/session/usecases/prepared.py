@@ -79,13 +79,17 @@ async def prepare_prefix_branch(
         parent = await tx.sessions.get(key)
         if parent is None:
             raise SessionNotFoundError(f"Parent session not found: {key}")
-        position = await tx.transcript.find_canonical_position(parent.session_id, before)
+        position = await tx.transcript.find_canonical_position(
+            parent.session_id, before, session_key=parent.session_key
+        )
         if position is None:
             raise MessageNotFoundError(f"Transcript message not found in {key}: {before}")
         if await tx.sessions.get(child_key) is not None:
             raise SessionExistsError(f"Session already exists: {child_key}")
-        coverage = await tx.transcript.coverage(parent.session_id)
-        canonical = await tx.transcript.list_canonical(parent.session_id)
+        coverage = await tx.transcript.coverage(parent.session_id, session_key=parent.session_key)
+        canonical = await tx.transcript.list_canonical(
+            parent.session_id, session_key=parent.session_key
+        )
     child = child_of(parent, child_key, child_status, now_ms())
     child.display_name = parent.display_name
     child.forked_from_parent = True

@@ -38,7 +38,9 @@ async def canonical_entry(
     ``message_id``, or ``None``."""
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        return await tx.transcript.find_canonical_entry(node.session_id, message_id)
+        return await tx.transcript.find_canonical_entry(
+            node.session_id, message_id, session_key=node.session_key
+        )
 
 
 async def read_transcript(
@@ -117,7 +119,12 @@ async def canonical_rows(
 ) -> list[TranscriptEntry]:
     """Compacted archive plus live rows, in transcript order, paginated."""
     async with uow.read() as tx:
-        return await tx.transcript.list_canonical(session_id, limit=limit, offset=offset)
+        key = await owner_key(tx, session_id)
+        if key is None:
+            return []
+        return await tx.transcript.list_canonical(
+            session_id, session_key=key, limit=limit, offset=offset
+        )
 
 
 async def live_count(uow: UnitOfWork, session_id: str) -> int:
@@ -139,7 +146,10 @@ async def canonical_row(
     uow: UnitOfWork, session_id: str, message_id: str
 ) -> TranscriptEntry | None:
     async with uow.read() as tx:
-        return await tx.transcript.find_canonical_entry(session_id, message_id)
+        key = await owner_key(tx, session_id)
+        if key is None:
+            return None
+        return await tx.transcript.find_canonical_entry(session_id, message_id, session_key=key)
 
 
 async def live_counts(uow: UnitOfWork, session_ids: list[str]) -> dict[str, int]:
@@ -161,6 +171,9 @@ async def user_contents(
 
 
 async def delete_transcript(uow: UnitOfWork, session_id: str) -> None:
-    """Delete the live rows and the compacted archive of one generation."""
+    """Delete the live rows and the compacted archive of one generation (under the key that
+    carries it; nothing when none does)."""
     async with uow.write() as tx:
-        await tx.transcript.delete_all(session_id)
+        key = await owner_key(tx, session_id)
+        if key is not None:
+            await tx.transcript.delete_all(session_id, session_key=key)

@@ -109,6 +109,7 @@ async def start_generation(
     now: int,
     archive: ResetArchive | None = None,
     archive_required: bool = False,
+    generated_id: bool = False,
 ) -> tuple[SessionNode, SessionNode]:
     """The reset transaction, one unit of work: the row read and locked, then the new
     generation; the old row and the new one. With ``expected_session_id`` and
@@ -123,6 +124,11 @@ async def start_generation(
     ``archive_required`` too, a failed write raises :class:`ArchiveWriteError` (nothing
     changes) and the file is published before the COMMIT (the caller settles it if the
     COMMIT fails).
+
+    ``generated_id``: the store has just generated ``new_session_id`` (a ``uuid4``, new
+    everywhere by the rule that keeps session ids unique under distribution,
+    docs/scaling.md#keys-and-statements), so the claim check, a lookup of the id in every
+    table that fans out to every shard, is not made; an id from anywhere else is checked.
     """
     async with generation_guard(uow, new_session_id, None), uow.write() as tx:
         current = await tx.sessions.get(key, lock="update")
@@ -142,7 +148,8 @@ async def start_generation(
             )
         # The new id must be new everywhere (the current one included): the archive
         # recovery tells a committed reset by the session's id having changed.
-        await tx.sessions.claim_generation(new_session_id, None)
+        if not generated_id:
+            await tx.sessions.claim_generation(new_session_id, None)
         old_id = current.session_id
         values = next_generation_values(current, new_session_id, now)
         renewed = await tx.sessions.update_fields(key, values)
@@ -157,7 +164,7 @@ async def start_generation(
                 file = await _stage_archive(snapshot, archive, required=archive_required)
                 if file is not None:
                     archive.staged.append(file)
-        await tx.transcript.delete_all(old_id)
+        await tx.transcript.delete_all(old_id, session_key=current.session_key)
         await tx.summaries.delete_for_session(old_id, session_key=current.session_key)
         await tx.states.invalidate(key, reason="session_reset")
         # The new generation's state is empty, at a revision a read before the reset never
@@ -287,6 +294,7 @@ class Resets:
                 now=now_ms(),
                 archive=archive,
                 archive_required=self._archive_required,
+                generated_id=True,
             )
         except SessionNotFoundError:
             self._generations.forget(key)

@@ -32,7 +32,7 @@ async def read_generation(tx: Transaction, session_id: str, session_key: str) ->
     """The canonical transcript (compacted archive, then live rows) and the summaries of
     one generation, as ``tx`` sees them."""
     return (
-        await tx.transcript.list_canonical(session_id),
+        await tx.transcript.list_canonical(session_id, session_key=session_key),
         await tx.summaries.list_for_session(session_id, session_key=session_key),
     )
 

@@ -161,7 +161,9 @@ async def rows(
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
         if canonical:
-            return await tx.transcript.list_canonical(node.session_id, limit=limit, offset=offset)
+            return await tx.transcript.list_canonical(
+                node.session_id, session_key=node.session_key, limit=limit, offset=offset
+            )
         return await tx.transcript.list_live(
             node.session_id, session_key=node.session_key, limit=limit, offset=offset
         )
@@ -194,8 +196,10 @@ async def truncate_transcript(
         before = await tx.transcript.count_live(node.session_id, session_key=node.session_key)
         if before <= max_messages:
             return False, before, before
-        await tx.transcript.delete_live_except_last(node.session_id, max_messages)
-        await tx.transcript.delete_all_archive(node.session_id)
+        await tx.transcript.delete_live_except_last(
+            node.session_id, max_messages, session_key=node.session_key
+        )
+        await tx.transcript.delete_all_archive(node.session_id, session_key=node.session_key)
         await tx.sessions.update_fields(key, {"updated_at": now})
     return True, before, max_messages
 
@@ -208,4 +212,6 @@ async def preview_truncate(
         node = await tx.sessions.get(key)
         if node is None:
             raise SessionNotFoundError(f"Session not found: {key}")
-        return await tx.overview.preview_truncate(node.session_id, max_messages)
+        return await tx.overview.preview_truncate(
+            node.session_id, max_messages, session_key=node.session_key
+        )

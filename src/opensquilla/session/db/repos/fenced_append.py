@@ -107,29 +107,44 @@ _PG_TOUCH_WITH_TOKENS = (
 )
 
 
-def newest_live(session_id: ColumnElement[Any]) -> Any:
+def newest_live(session_key: ColumnElement[Any], session_id: ColumnElement[Any]) -> Any:
     """The newest live ``created_at`` of a generation (``NULL`` for none), as a scalar
-    subquery: the order floor (docs/semantics.md#order), answered by the cursor index."""
+    subquery: the order floor (docs/semantics.md#order), answered by the cursor index, and
+    by the key (docs/scaling.md#keys-and-statements) on one session's partition or shard."""
     return (
-        select(func.max(live.c.created_at)).where(live.c.session_id == session_id).scalar_subquery()
+        select(func.max(live.c.created_at))
+        .where(live.c.session_key == session_key, live.c.session_id == session_id)
+        .scalar_subquery()
     )
 
 
-NEWEST_LIVE = select(newest_live(bindparam("floor_session_id")))
+NEWEST_LIVE = select(newest_live(bindparam("floor_session_key"), bindparam("floor_session_id")))
 
 
-def floored(dialect: str, created_at: ColumnElement[Any], session_id: ColumnElement[Any]) -> Any:
+def newest_live_params(entry: TranscriptEntry) -> dict[str, Any]:
+    """The bind parameters of :data:`NEWEST_LIVE` for ``entry``'s generation."""
+    return {"floor_session_key": entry.session_key, "floor_session_id": entry.session_id}
+
+
+def floored(
+    dialect: str,
+    created_at: ColumnElement[Any],
+    session_key: ColumnElement[Any],
+    session_id: ColumnElement[Any],
+) -> Any:
     """``created_at`` raised to the generation's newest live one, on ``dialect``."""
     if dialect == "postgresql":
-        return pg_floored(created_at, session_id)
+        return pg_floored(created_at, session_key, session_id)
     # SQLite's two-argument max() is NULL when either is: an empty generation keeps its own.
-    return func.max(created_at, func.coalesce(newest_live(session_id), created_at))
+    return func.max(created_at, func.coalesce(newest_live(session_key, session_id), created_at))
 
 
-def pg_floored(created_at: ColumnElement[Any], session_id: ColumnElement[Any]) -> Any:
+def pg_floored(
+    created_at: ColumnElement[Any], session_key: ColumnElement[Any], session_id: ColumnElement[Any]
+) -> Any:
     """PostgreSQL: ``created_at`` raised to the generation's newest live one (``GREATEST``
     ignores the ``NULL`` of an empty generation)."""
-    return func.greatest(created_at, newest_live(session_id))
+    return func.greatest(created_at, newest_live(session_key, session_id))
 
 
 def _insert_from_fence(touch: Update, floor: bool) -> Any:
@@ -139,7 +154,9 @@ def _insert_from_fence(touch: Update, floor: bool) -> Any:
     # Bind names must not be column names of `sessions`: the UPDATE would take them as SETs.
     binds = {c.name: bindparam("v_" + c.name, type_=c.type) for c in INSERT_COLUMNS}
     if floor:
-        binds["created_at"] = pg_floored(binds["created_at"], binds["session_id"])
+        binds["created_at"] = pg_floored(
+            binds["created_at"], binds["session_key"], binds["session_id"]
+        )
     source = select(*binds.values()).select_from(fence)
     return (
         live.insert()
@@ -168,11 +185,18 @@ APPENDS_VIEW = table(
     *(column(c.name, c.type) for c in INSERT_COLUMNS),
     *(column(name, BigInteger()) for name in FENCE_COLUMNS),
 )
-# The new row's ``created_at`` too, as stored (the trigger may have raised it).
-_NEWEST_ID = select(func.max(live.c.id)).scalar_subquery()
+# The new row's ``created_at`` too, as stored (the trigger may have raised it). Both read
+# by the session's key (``:newest_key``, its value bound once more: a bind cannot share a
+# column's name), so the statement carries it like every statement on a session's rows;
+# the key's largest id is the table's then, and ``idx_transcript_session_key`` (whose
+# entries end in the row id) answers ``max(id)`` with one probe.
+_NEWEST_KEY = bindparam("newest_key", type_=live.c.session_key.type)
+_NEWEST_ID = select(func.max(live.c.id)).where(live.c.session_key == _NEWEST_KEY).scalar_subquery()
 _SQLITE_APPEND = insert(APPENDS_VIEW).returning(
     _NEWEST_ID,
-    select(live.c.created_at).where(live.c.id == _NEWEST_ID).scalar_subquery(),
+    select(live.c.created_at)
+    .where(live.c.session_key == _NEWEST_KEY, live.c.id == _NEWEST_ID)
+    .scalar_subquery(),
 )
 
 # RETURNING came with SQLite 3.35.0; its fixes (one on a view's RETURNING among them) with
@@ -181,9 +205,10 @@ _SQLITE_APPEND = insert(APPENDS_VIEW).returning(
 SQLITE_ONE_STATEMENT = sqlite3.sqlite_version_info >= (3, 35, 5)
 
 
+# A catalog read, not a statement on the view: its name is a parameter.
 APPEND_VIEW_EXISTS = text(
-    "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name = 'transcript_appends'"
-)
+    "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name = :view_name"
+).bindparams(view_name=APPENDS_VIEW.name)
 
 
 def fence_params(entry: TranscriptEntry, expected_epoch: int) -> dict[str, Any]:
@@ -259,7 +284,7 @@ def insert_floored(conn: Connection, entry: TranscriptEntry) -> tuple[int, int]:
     in its own statement (on PostgreSQL a new snapshot, so it sees every committed
     append). ``(id, created_at)`` as stored; ``entry.created_at`` updated."""
     if defaulted_created_at(entry):
-        newest = conn.execute(NEWEST_LIVE, {"floor_session_id": entry.session_id}).scalar()
+        newest = conn.execute(NEWEST_LIVE, newest_live_params(entry)).scalar()
         if newest is not None and newest > entry.created_at:
             entry.__dict__["created_at"] = int(newest)
     key = conn.execute(INSERT_ENTRY, values_of(entry, live)).inserted_primary_key
@@ -306,6 +331,7 @@ def one_statement_append(
     row["token_delta"] = token_delta
     row["tokens_ceiling"] = INT64_MAX - token_delta
     row["order_floor"] = 1 if floor else 0
+    row["newest_key"] = entry.session_key
     return _SQLITE_APPEND, row
 
 

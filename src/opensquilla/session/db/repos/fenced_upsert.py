@@ -22,6 +22,7 @@ _REPLACED_COLUMNS = [c for c in live.columns if c.name not in ("id", "created_at
 _FIND_LIVE_MESSAGE = (
     select(live.c.id, live.c.created_at)
     .where(
+        live.c.session_key == bindparam("find_session_key"),
         live.c.session_id == bindparam("find_session_id"),
         live.c.message_id == bindparam("find_message_id"),
     )
@@ -30,7 +31,7 @@ _FIND_LIVE_MESSAGE = (
 )
 _REPLACE_ENTRY = (
     update(live)
-    .where(live.c.id == bindparam("row_id"))
+    .where(live.c.session_key == bindparam("row_key"), live.c.id == bindparam("row_id"))
     .values({c.name: bindparam("v_" + c.name, type_=c.type) for c in _REPLACED_COLUMNS})
 )
 
@@ -60,12 +61,16 @@ def upsert_and_touch(
         return None
     found = conn.execute(
         _FIND_LIVE_MESSAGE,
-        {"find_session_id": entry.session_id, "find_message_id": entry.message_id},
+        {
+            "find_session_key": entry.session_key,
+            "find_session_id": entry.session_id,
+            "find_message_id": entry.message_id,
+        },
     ).first()
     values = values_of(entry, live)
     if found is not None:
         replaced = {"v_" + c.name: values[c.name] for c in _REPLACED_COLUMNS}
-        conn.execute(_REPLACE_ENTRY, {"row_id": found.id, **replaced})
+        conn.execute(_REPLACE_ENTRY, {"row_key": entry.session_key, "row_id": found.id, **replaced})
         return int(found.id), int(found.created_at), False
     if token_delta and not conn.execute(_TOUCH_WITH_TOKENS, params).rowcount:
         _refuse_overflow(conn, params, token_delta)  # the fence held a moment ago: raises

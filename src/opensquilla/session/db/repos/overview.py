@@ -113,11 +113,18 @@ class OverviewRepository:
         with cross_session("retention"):
             return await self._sessions_preview(selection)
 
-    async def preview_truncate(self, session_id: str, max_messages: int) -> DeletionPreview:
-        """What truncating one generation to its newest ``max_messages`` live rows removes:
-        the older live rows and, when anything is truncated, the whole compacted archive."""
+    async def preview_truncate(
+        self, session_id: str, max_messages: int, *, session_key: str
+    ) -> DeletionPreview:
+        """What truncating one generation (stored under ``session_key``) to its newest
+        ``max_messages`` live rows removes: the older live rows and, when anything is
+        truncated, the whole compacted archive."""
         live = await self._count(
-            _count_of(transcript_entries, transcript_entries.c.session_id == session_id)
+            _count_of(
+                transcript_entries,
+                transcript_entries.c.session_key == session_key,
+                transcript_entries.c.session_id == session_id,
+            )
         )
         if live <= max_messages:
             return DeletionPreview(
@@ -126,6 +133,7 @@ class OverviewRepository:
         archived = await self._count(
             _count_of(
                 compacted_transcript_entries,
+                compacted_transcript_entries.c.session_key == session_key,
                 compacted_transcript_entries.c.session_id == session_id,
             ),
         )
@@ -137,21 +145,16 @@ class OverviewRepository:
         )
 
     async def preview_reset(self, session_key: str, session_id: str) -> DeletionPreview:
-        """What a reset of the generation ``session_id`` removes (transcript, archive,
-        summaries) and how many of the key's context states it invalidates."""
+        """What a reset of the generation ``session_id`` removes (its transcript, archive and
+        summaries stored under ``session_key``) and how many of the key's context states it
+        invalidates."""
         rows = {
-            transcript_entries.name: await self._count(
-                _count_of(transcript_entries, transcript_entries.c.session_id == session_id)
-            ),
-            compacted_transcript_entries.name: await self._count(
+            table.name: await self._count(
                 _count_of(
-                    compacted_transcript_entries,
-                    compacted_transcript_entries.c.session_id == session_id,
-                ),
-            ),
-            session_summaries.name: await self._count(
-                _count_of(session_summaries, session_summaries.c.session_id == session_id)
-            ),
+                    table, table.c.session_key == session_key, table.c.session_id == session_id
+                )
+            )
+            for table in (transcript_entries, compacted_transcript_entries, session_summaries)
         }
         states = session_context_states
         valid = await self._count(

@@ -154,9 +154,9 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         return None
 
     async def list_canonical(
-        self, session_id: str, *, limit: int | None = None, offset: int = 0
+        self, session_id: str, *, session_key: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
-        merged = canonical_query(session_id, self.conn.dialect.name)
+        merged = canonical_query(session_key, session_id, self.conn.dialect.name)
         query = select(merged).order_by(merged.c.created_at.asc(), merged.c.id.asc())
         return to_models(
             TranscriptEntry,
@@ -165,10 +165,10 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         )
 
     async def find_canonical_position(
-        self, session_id: str, message_id: str
+        self, session_id: str, message_id: str, *, session_key: str
     ) -> tuple[int, int] | None:
         """``(created_at, id)`` of the first canonical row carrying ``message_id``."""
-        merged = canonical_query(session_id, self.conn.dialect.name)
+        merged = canonical_query(session_key, session_id, self.conn.dialect.name)
         query = (
             select(merged.c.created_at, merged.c.id)
             .where(merged.c.message_id == message_id)
@@ -178,7 +178,9 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         row = (await self.conn.execute(query)).first()
         return (int(row.created_at), int(row.id)) if row is not None else None
 
-    async def token_sum_before(self, session_id: str, position: tuple[int, int] | None) -> int:
+    async def token_sum_before(
+        self, session_id: str, position: tuple[int, int] | None, *, session_key: str
+    ) -> int:
         """Sum of ``token_count`` over canonical rows before ``position`` (live rows if None).
 
         SQLite's ``sum()`` raises "integer overflow" past 64 bits (Postgres sums ``bigint`` as
@@ -188,10 +190,10 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         add = func.total if self.conn.dialect.name == "sqlite" else func.sum
         if position is None:
             query = select(func.coalesce(add(live.c.token_count), 0)).where(
-                live.c.session_id == session_id
+                live.c.session_key == session_key, live.c.session_id == session_id
             )
         else:
-            merged = canonical_query(session_id, self.conn.dialect.name)
+            merged = canonical_query(session_key, session_id, self.conn.dialect.name)
             query = select(func.coalesce(add(merged.c.token_count), 0)).where(
                 tuple_(merged.c.created_at, merged.c.id) < tuple_(*position)
             )
@@ -201,6 +203,7 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         self,
         *,
         source_session_id: str,
+        source_session_key: str,
         target_session_id: str,
         target_session_key: str,
         before: tuple[int, int] | None,
@@ -209,16 +212,20 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
 
         ``before=None`` copies the source's live rows; otherwise the canonical rows (archive
         included) strictly before that position. Copies get new ids (in order) and fresh
-        message ids; every other column is kept.
+        message ids; every other column is kept. The source is read by its key: under
+        distribution one shard read, another written (docs/scaling.md).
         """
         if before is None:
             rows = (
                 select(*(live.c[name] for name in TRANSCRIPT_COLUMNS))
-                .where(live.c.session_id == source_session_id)
+                .where(
+                    live.c.session_key == source_session_key,
+                    live.c.session_id == source_session_id,
+                )
                 .subquery("source")
             )
         else:
-            merged = canonical_query(source_session_id, self.conn.dialect.name)
+            merged = canonical_query(source_session_key, source_session_id, self.conn.dialect.name)
             rows = (
                 select(merged)
                 .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
@@ -242,10 +249,12 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         self,
         *,
         source_session_id: str,
+        source_session_key: str,
         target_session_id: str,
         target_session_key: str,
     ) -> int:
-        """Copy the whole compacted archive; every column but the owner and row id is kept."""
+        """Copy the whole compacted archive; every column but the owner and row id is kept
+        (the source read by its key)."""
         names = [c.name for c in archive.columns if c.name != "id"]
         values: list[Any] = []
         for name in names:
@@ -257,7 +266,10 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
                 values.append(archive.c[name])
         source = (
             select(*values)
-            .where(archive.c.session_id == source_session_id)
+            .where(
+                archive.c.session_key == source_session_key,
+                archive.c.session_id == source_session_id,
+            )
             .order_by(archive.c.id.asc())
         )
         stmt = archive.insert().from_select(names, source)
@@ -280,26 +292,34 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         if rows:
             await self.conn.execute(archive.insert(), [values_of(row, archive) for row in rows])
 
-    async def delete_live(self, session_id: str) -> None:
-        await self.conn.execute(delete(live).where(live.c.session_id == session_id))
+    async def delete_live(self, session_id: str, *, session_key: str) -> None:
+        await self.conn.execute(
+            delete(live).where(live.c.session_key == session_key, live.c.session_id == session_id)
+        )
 
-    async def delete_all_archive(self, session_id: str) -> None:
-        await self.conn.execute(delete(archive).where(archive.c.session_id == session_id))
+    async def delete_all_archive(self, session_id: str, *, session_key: str) -> None:
+        await self.conn.execute(
+            delete(archive).where(
+                archive.c.session_key == session_key, archive.c.session_id == session_id
+            )
+        )
 
-    async def delete_all(self, session_id: str) -> None:
-        """Live rows and the compacted archive of one generation."""
-        await self.delete_live(session_id)
-        await self.delete_all_archive(session_id)
+    async def delete_all(self, session_id: str, *, session_key: str) -> None:
+        """Live rows and the compacted archive of one generation (stored under
+        ``session_key``)."""
+        await self.delete_live(session_id, session_key=session_key)
+        await self.delete_all_archive(session_id, session_key=session_key)
 
-    async def delete_live_except_last(self, session_id: str, keep: int) -> int:
+    async def delete_live_except_last(self, session_id: str, keep: int, *, session_key: str) -> int:
         """Delete the live rows of ``session_id`` but the newest ``keep`` (ids stay stable)."""
+        mine = (live.c.session_key == session_key, live.c.session_id == session_id)
         newest = (
             select(live.c.id)
-            .where(live.c.session_id == session_id)
+            .where(*mine)
             .order_by(live.c.created_at.desc(), live.c.id.desc())
             .limit(keep)
         ).scalar_subquery()
-        stmt = delete(live).where(live.c.session_id == session_id)
+        stmt = delete(live).where(*mine)
         if keep > 0:
             stmt = stmt.where(live.c.id.not_in(newest))
         return int((await self.conn.execute(stmt)).rowcount)

@@ -20,6 +20,7 @@ from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Insert,
     bindparam,
     delete,
@@ -48,6 +49,7 @@ from .fenced_append import (
     _refuse_overflow,
     contended,
     floored,
+    newest_live_params,
     touch_params,
 )
 
@@ -82,9 +84,9 @@ def _batch(dialect: str, rows: int, *, tokens: bool, touch: bool, floor: bool) -
     columns = [given.c[name] for name in _NAMES]
     if floor:
         at = _NAMES.index("created_at")
-        columns[at] = floored(dialect, given.c.created_at, bindparam("fence_session_id")).label(
-            "created_at"
-        )
+        columns[at] = floored(
+            dialect, given.c.created_at, bindparam("fence_key"), bindparam("fence_session_id")
+        ).label("created_at")
     source: Any = select(*columns)
     if dialect == "postgresql":
         if touch:
@@ -172,14 +174,18 @@ def append_batch(
         return None
     for index, chunk in enumerate(chunks):
         if returning:
-            bound = {"fence_session_id": first.session_id, **_row_params(chunk)}
+            bound = {
+                "fence_key": first.session_key,
+                "fence_session_id": first.session_id,
+                **_row_params(chunk),
+            }
             stmt = _batch("sqlite", len(chunk), tokens=False, touch=False, floor=True)
             if ends_transaction and index == len(chunks) - 1:
                 _commit_with_next(conn)
             rows = execute_compiled(conn, stmt, bound).all()
             placed += sorted((int(r[0]), int(r[1])) for r in rows)
             continue
-        newest = conn.execute(NEWEST_LIVE, {"floor_session_id": first.session_id}).scalar()
+        newest = conn.execute(NEWEST_LIVE, newest_live_params(first)).scalar()
         floor = int(newest) if newest is not None else None
         at = [max(e.created_at, floor) if floor is not None else e.created_at for e in chunk]
         values = _row_params(chunk)
@@ -212,10 +218,19 @@ def _current_generation(dialect: str) -> Any:
     return query.scalar_subquery()
 
 
+def _of_current_generation(dialect: str) -> tuple[ColumnElement[bool], ...]:
+    """Live rows of ``:row_key``'s current generation: by the key (the session's partition
+    or shard) and the generation's id."""
+    return (
+        live.c.session_key == bindparam("row_key"),
+        live.c.session_id == _current_generation(dialect),
+    )
+
+
 def _newest_id(dialect: str) -> Any:
     return (
         select(live.c.id)
-        .where(live.c.session_id == _current_generation(dialect))
+        .where(*_of_current_generation(dialect))
         .order_by(live.c.created_at.desc(), live.c.id.desc())
         .limit(1)
         .scalar_subquery()
@@ -225,25 +240,27 @@ def _newest_id(dialect: str) -> Any:
 @functools.cache
 def _pop(dialect: str) -> Any:
     return (
-        delete(live).where(live.c.id == _newest_id(dialect)).returning(*read_columns(live, dialect))
+        delete(live)
+        .where(live.c.session_key == bindparam("row_key"), live.c.id == _newest_id(dialect))
+        .returning(*read_columns(live, dialect))
     )
 
 
 @functools.cache
 def _newest_row(dialect: str) -> Any:
-    return select(*read_columns(live, dialect)).where(live.c.id == _newest_id(dialect))
-
-
-@functools.cache
-def _delete_by_id(dialect: str) -> Any:
-    return delete(live).where(
-        live.c.id == bindparam("row_id"), live.c.session_id == _current_generation(dialect)
+    return select(*read_columns(live, dialect)).where(
+        live.c.session_key == bindparam("row_key"), live.c.id == _newest_id(dialect)
     )
 
 
 @functools.cache
+def _delete_by_id(dialect: str) -> Any:
+    return delete(live).where(live.c.id == bindparam("row_id"), *_of_current_generation(dialect))
+
+
+@functools.cache
 def _any_live(dialect: str) -> Any:
-    return select(exists().where(live.c.session_id == _current_generation(dialect)))
+    return select(exists().where(*_of_current_generation(dialect)))
 
 
 class TranscriptBatches:
@@ -272,11 +289,15 @@ class TranscriptBatches:
             ends_transaction=ends_transaction,
         )
 
-    async def live_message_ids(self, session_id: str, message_ids: Sequence[str]) -> set[str]:
-        """Which of ``message_ids`` a live row of ``session_id`` carries."""
+    async def live_message_ids(
+        self, session_id: str, message_ids: Sequence[str], *, session_key: str
+    ) -> set[str]:
+        """Which of ``message_ids`` a live row of ``session_id`` (stored under
+        ``session_key``) carries."""
         found: set[str] = set()
         for at in range(0, len(message_ids), CHUNK_ROWS):
             query = select(live.c.message_id).where(
+                live.c.session_key == session_key,
                 live.c.session_id == session_id,
                 live.c.message_id.in_(message_ids[at : at + CHUNK_ROWS]),
             )

@@ -42,6 +42,7 @@ from ...models import (
     Cursor,
     TranscriptEntry,
 )
+from ..routing import cross_session
 from ..rows import TRANSCRIPT_COLUMNS, read_columns, to_models
 from ..sql import chunks, is_postgres
 from ..tables import compacted_transcript_entries as archive
@@ -69,7 +70,7 @@ archive_counts = Table(
 )
 
 
-def _archive_as_transcript(session_id: Any, dialect_name: str) -> Select[Any]:
+def _archive_as_transcript(session_key: Any, session_id: Any, dialect_name: str) -> Select[Any]:
     """Archive rows shaped like live rows, ``id`` being the id they had when live."""
     by_name = {column.key: column for column in read_columns(archive, dialect_name)}
     columns: list[ColumnElement[Any]] = []
@@ -78,13 +79,24 @@ def _archive_as_transcript(session_id: Any, dialect_name: str) -> Select[Any]:
             columns.append(func.coalesce(archive.c.original_entry_id, 0).label("id"))
         else:
             columns.append(by_name[name])
-    return select(*columns).where(archive.c.session_id == session_id)
+    return select(*columns).where(
+        archive.c.session_key == session_key, archive.c.session_id == session_id
+    )
 
 
-def canonical_query(session_id: str, dialect_name: str) -> Any:
-    """The canonical transcript of ``session_id`` as a subquery (archive + live)."""
-    live_rows = select(*read_columns(live, dialect_name)).where(live.c.session_id == session_id)
-    merged = union_all(_archive_as_transcript(session_id, dialect_name), live_rows)
+def _live_as_transcript(session_key: Any, session_id: Any, dialect_name: str) -> Select[Any]:
+    return select(*read_columns(live, dialect_name)).where(
+        live.c.session_key == session_key, live.c.session_id == session_id
+    )
+
+
+def canonical_query(session_key: str, session_id: str, dialect_name: str) -> Any:
+    """The canonical transcript of ``session_id`` (stored under ``session_key``: both arms
+    carry the key) as a subquery (archive + live)."""
+    merged = union_all(
+        _archive_as_transcript(session_key, session_id, dialect_name),
+        _live_as_transcript(session_key, session_id, dialect_name),
+    )
     return merged.subquery("canonical")
 
 
@@ -100,10 +112,10 @@ class TranscriptReads:
     USER_CONTENT_CHUNK = 300
 
     async def find_canonical_entry(
-        self, session_id: str, message_id: str
+        self, session_id: str, message_id: str, *, session_key: str
     ) -> TranscriptEntry | None:
         """The newest canonical row (archive or live) carrying ``message_id``."""
-        merged = canonical_query(session_id, self.conn.dialect.name)
+        merged = canonical_query(session_key, session_id, self.conn.dialect.name)
         query = (
             select(merged)
             .where(merged.c.message_id == message_id)
@@ -115,16 +127,18 @@ class TranscriptReads:
 
     async def count_live_batch(self, session_ids: Sequence[str]) -> dict[str, int]:
         """Live rows per session id, every id of ``session_ids`` present (0 when none);
-        one grouped statement per :attr:`COUNT_CHUNK` ids."""
+        one grouped statement per :attr:`COUNT_CHUNK` ids. About many sessions: a
+        ``listing`` (it fans out under distribution)."""
         counts = dict.fromkeys(session_ids, 0)
-        for chunk in chunks(list(counts), self.COUNT_CHUNK):
-            query = (
-                select(live.c.session_id, func.count())
-                .where(live.c.session_id.in_(chunk))
-                .group_by(live.c.session_id)
-            )
-            for session_id, count in await self.conn.execute(query):
-                counts[session_id] = int(count)
+        with cross_session("listing"):
+            for chunk in chunks(list(counts), self.COUNT_CHUNK):
+                query = (
+                    select(live.c.session_id, func.count())
+                    .where(live.c.session_id.in_(chunk))
+                    .group_by(live.c.session_id)
+                )
+                for session_id, count in await self.conn.execute(query):
+                    counts[session_id] = int(count)
         return counts
 
     async def first_user_contents(
@@ -134,32 +148,37 @@ class TranscriptReads:
         non-empty content of each session id, in transcript order, every id present
         (``[]`` when none); one statement per :attr:`USER_CONTENT_CHUNK` ids, in which each
         session is one range scan of ``idx_transcript_session_cursor`` that stops at its
-        ``limit_per_session``-th match (:func:`_first_user_rows`)."""
+        ``limit_per_session``-th match (:func:`_first_user_rows`). About many sessions: a
+        ``listing`` (it fans out under distribution)."""
         contents: dict[str, list[str]] = {session_id: [] for session_id in session_ids}
         if limit_per_session == 0:
             return contents
         postgres = is_postgres(self.conn)
-        for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
-            values: dict[str, Any]
-            if postgres:
-                query, values = _first_user_rows(0), {"session_ids": chunk}
-            else:
-                query = _first_user_rows(len(chunk))
-                values = {f"session_id_{n}": session_id for n, session_id in enumerate(chunk)}
-            values["per_session"] = limit_per_session
-            for session_id, content in await self.conn.execute(query, values):
-                contents[session_id].append(content)
+        with cross_session("listing"):
+            for chunk in chunks(list(contents), self.USER_CONTENT_CHUNK):
+                values: dict[str, Any]
+                if postgres:
+                    query, values = _first_user_rows(0), {"session_ids": chunk}
+                else:
+                    query = _first_user_rows(len(chunk))
+                    values = {f"session_id_{n}": session_id for n, session_id in enumerate(chunk)}
+                values["per_session"] = limit_per_session
+                for session_id, content in await self.conn.execute(query, values):
+                    contents[session_id].append(content)
         return contents
 
     # -- pages and coverage ------------------------------------------------------------
 
-    async def named_positions(self, session_id: str, positions: Sequence[Cursor]) -> list[bool]:
-        """For each ``(created_at, id)``, whether it names a canonical row of ``session_id``:
-        a live row with that ``created_at`` and id, or an archived row with that
-        ``created_at`` and ``original_entry_id``. One statement; each test is an index probe."""
+    async def named_positions(
+        self, session_id: str, positions: Sequence[Cursor], *, session_key: str
+    ) -> list[bool]:
+        """For each ``(created_at, id)``, whether it names a canonical row of ``session_id``
+        (stored under ``session_key``): a live row with that ``created_at`` and id, or an
+        archived row with that ``created_at`` and ``original_entry_id``. One statement;
+        each test is an index probe."""
         if not positions:
             return []
-        values: dict[str, Any] = {"session_id": session_id}
+        values: dict[str, Any] = {"session_key": session_key, "session_id": session_id}
         for n, (created_at, row_id) in enumerate(positions):
             values[f"created_at_{n}"], values[f"id_{n}"] = created_at, row_id
         row = (await self.conn.execute(_named_positions(len(positions)), values)).one()
@@ -169,11 +188,13 @@ class TranscriptReads:
         self,
         session_id: str,
         *,
+        session_key: str,
         limit: int,
         position: Cursor | None = None,
         forward: bool = False,
     ) -> list[TranscriptEntry]:
-        """Up to ``limit`` canonical rows of ``session_id`` in travel order, one statement.
+        """Up to ``limit`` canonical rows of ``session_id`` (stored under ``session_key``)
+        in travel order, one statement.
 
         ``forward``: the oldest rows after ``position`` (from the first row if ``None``),
         oldest first; otherwise the newest rows before ``position`` (from the last row if
@@ -187,20 +208,26 @@ class TranscriptReads:
         sorts ``NULL``.
         """
         dialect = self.conn.dialect.name
-        values: dict[str, Any] = {"session_id": session_id, "window_limit": limit}
+        values: dict[str, Any] = {
+            "session_key": session_key,
+            "session_id": session_id,
+            "window_limit": limit,
+        }
         if position is not None:
             values["position_created_at"], values["position_id"] = position
         query = _canonical_window(dialect, forward, position is not None)
         return to_models(TranscriptEntry, dialect, await self.conn.execute(query, values))
 
-    async def coverage(self, session_id: str) -> CanonicalTranscriptCoverage:
-        """Whether the generation ``session_id`` has its whole canonical transcript
+    async def coverage(self, session_id: str, *, session_key: str) -> CanonicalTranscriptCoverage:
+        """Whether the generation ``session_id`` of ``session_key`` has its whole canonical
+        transcript
         (docs/semantics.md#pages), from its ``sessions`` row, its summaries and the counts
         of its archived rows per compaction (:data:`archive_counts`), in one statement:
         one probe per summary and per compaction, never a count of archived rows.
-        ``(False, 0, False)`` when no row has that id."""
+        ``(False, 0, False)`` when the key's row does not have that id."""
         query = _coverage_query()
-        row = (await self.conn.execute(query, {"session_id": session_id})).first()
+        values = {"session_key": session_key, "session_id": session_id}
+        row = (await self.conn.execute(query, values)).first()
         if row is None:
             return CanonicalTranscriptCoverage(False, 0, False)
         compacted = int(row.compactions)
@@ -226,15 +253,20 @@ class TranscriptReads:
 @functools.lru_cache(maxsize=8)
 def _named_positions(count: int) -> Select[Any]:
     """The statement of :meth:`TranscriptReads.named_positions` for ``count`` positions;
-    binds ``session_id``, ``created_at_<n>`` and ``id_<n>``."""
+    binds ``session_key``, ``session_id``, ``created_at_<n>`` and ``id_<n>``."""
+    session_key: BindParameter[str] = bindparam("session_key")
     session_id: BindParameter[str] = bindparam("session_id")
 
     def named(n: int) -> ColumnElement[bool]:
         created_at = bindparam(f"created_at_{n}", type_=BigInteger)
         row_id = bindparam(f"id_{n}", type_=BigInteger)
         return exists().where(
-            live.c.session_id == session_id, live.c.created_at == created_at, live.c.id == row_id
+            live.c.session_key == session_key,
+            live.c.session_id == session_id,
+            live.c.created_at == created_at,
+            live.c.id == row_id,
         ) | exists().where(
+            archive.c.session_key == session_key,
             archive.c.session_id == session_id,
             archive.c.created_at == created_at,
             archive.c.original_entry_id == row_id,
@@ -247,12 +279,13 @@ def _named_positions(count: int) -> Select[Any]:
 @functools.cache
 def _canonical_window(dialect_name: str, forward: bool, bounded: bool) -> Select[Any]:
     """The statement of :meth:`TranscriptReads.canonical_window` for one shape; binds
-    ``session_id``, ``window_limit`` and, ``bounded``, ``position_created_at`` and
-    ``position_id``."""
+    ``session_key``, ``session_id``, ``window_limit`` and, ``bounded``,
+    ``position_created_at`` and ``position_id``."""
+    session_key: BindParameter[str] = bindparam("session_key")
     session_id: BindParameter[str] = bindparam("session_id")
     limit = bindparam("window_limit", type_=BigInteger)
-    live_rows = select(*read_columns(live, dialect_name)).where(live.c.session_id == session_id)
-    archive_rows = _archive_as_transcript(session_id, dialect_name)
+    live_rows = _live_as_transcript(session_key, session_id, dialect_name)
+    archive_rows = _archive_as_transcript(session_key, session_id, dialect_name)
     live_key = (live.c.created_at, live.c.id)
     archive_key = (archive.c.created_at, archive.c.original_entry_id, archive.c.id)
     if bounded:
@@ -277,12 +310,14 @@ def _canonical_window(dialect_name: str, forward: bool, bounded: bool) -> Select
 
 @functools.cache
 def _coverage_query() -> Select[Any]:
-    """The statement of :meth:`TranscriptReads.coverage`; binds ``session_id``."""
+    """The statement of :meth:`TranscriptReads.coverage`; binds ``session_key`` and
+    ``session_id`` (every table read by both: one session's partition or shard)."""
+    session_key: BindParameter[str] = bindparam("session_key")
     session_id: BindParameter[str] = bindparam("session_id")
     s = sessions.c
     counts = archive_counts.c
-    mine = summaries.c.session_id == session_id
-    counted_here = counts.session_id == session_id
+    mine = (summaries.c.session_key == session_key) & (summaries.c.session_id == session_id)
+    counted_here = (counts.session_key == session_key) & (counts.session_id == session_id)
     matching = (
         select(counts.archived)
         .where(counted_here, counts.compaction_id == summaries.c.compaction_id)
@@ -314,7 +349,7 @@ def _coverage_query() -> Select[Any]:
         .where(mine, mismatched)
         .scalar_subquery()
         .label("mismatched"),
-    ).where(s.session_id == session_id)
+    ).where(s.session_key == session_key, s.session_id == session_id)
 
 
 @functools.cache

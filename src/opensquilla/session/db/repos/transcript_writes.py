@@ -26,6 +26,7 @@ from .fenced_append import (
     append_and_touch,
     bound_row,
     floored,
+    newest_live_params,
 )
 from .fenced_upsert import upsert_and_touch
 
@@ -71,9 +72,7 @@ class TranscriptWrites:
         ``entry.created_at`` updated. Inside a write transaction (SQLite: under the write
         lock)."""
         if defaulted_created_at(entry):
-            newest = (
-                await self.conn.execute(NEWEST_LIVE, {"floor_session_id": entry.session_id})
-            ).scalar()
+            newest = (await self.conn.execute(NEWEST_LIVE, newest_live_params(entry))).scalar()
             if newest is not None and newest > entry.created_at:
                 entry.__dict__["created_at"] = int(newest)
         return await self.insert(entry)
@@ -93,6 +92,7 @@ class TranscriptWrites:
             row[at] = floored(
                 self.conn.dialect.name,
                 given,
+                literal(entry.session_key, type_=live.c.session_key.type),
                 literal(entry.session_id, type_=live.c.session_id.type),
             ).label("created_at")
         source = (
@@ -130,10 +130,16 @@ class TranscriptWrites:
             token_delta=token_delta,
         )
 
-    async def delete_live_message(self, session_id: str, message_id: str) -> int:
-        """Delete every live row of ``session_id`` carrying ``message_id`` (the archive is
-        never touched); how many."""
-        stmt = delete(live).where(live.c.session_id == session_id, live.c.message_id == message_id)
+    async def delete_live_message(
+        self, session_id: str, message_id: str, *, session_key: str
+    ) -> int:
+        """Delete every live row of ``session_id`` (stored under ``session_key``) carrying
+        ``message_id`` (the archive is never touched); how many."""
+        stmt = delete(live).where(
+            live.c.session_key == session_key,
+            live.c.session_id == session_id,
+            live.c.message_id == message_id,
+        )
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def set_turn_context(
