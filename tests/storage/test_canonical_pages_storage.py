@@ -56,7 +56,9 @@ async def _transcript(storage: SessionStorage, rows: list[tuple[int, bool]]) -> 
     ]
     async with storage.uow.write() as tx:
         await tx.transcript.insert_archive_rows(archive)
-        await tx.transcript.delete_ids(node.session_id, [entry.id or 0 for entry in moved])
+        await tx.compaction.delete_ids(
+            node.session_id, [entry.id or 0 for entry in moved], session_key=node.session_key
+        )
     return node
 
 

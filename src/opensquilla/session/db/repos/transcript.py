@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    ColumnElement,
     Select,
     bindparam,
     delete,
@@ -47,13 +46,6 @@ from .fenced_append import (
 from .transcript_batches import TranscriptBatches
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 from .transcript_writes import TranscriptWrites
-
-
-def _through(session_id: str, boundary: tuple[int, int]) -> ColumnElement[bool]:
-    """Live rows of ``session_id`` up to and including ``boundary`` = (created_at, id)."""
-    return (live.c.session_id == session_id) & (
-        tuple_(live.c.created_at, live.c.id) <= tuple_(*boundary)
-    )
 
 
 def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
@@ -275,19 +267,6 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         stmt = archive.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
-    async def list_archive(
-        self, session_id: str, *, compaction_id: str | None = None
-    ) -> list[CompactedTranscriptEntry]:
-        query = select_rows(archive, self.conn).where(archive.c.session_id == session_id)
-        if compaction_id is not None:
-            query = query.where(archive.c.compaction_id == compaction_id)
-        query = query.order_by(
-            archive.c.created_at.asc(), archive.c.original_entry_id.asc(), archive.c.id.asc()
-        )
-        return to_models(
-            CompactedTranscriptEntry, self.conn.dialect.name, await self.conn.execute(query)
-        )
-
     async def insert_archive_rows(self, rows: Sequence[CompactedTranscriptEntry]) -> None:
         if rows:
             await self.conn.execute(archive.insert(), [values_of(row, archive) for row in rows])
@@ -322,56 +301,6 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
         stmt = delete(live).where(*mine)
         if keep > 0:
             stmt = stmt.where(live.c.id.not_in(newest))
-        return int((await self.conn.execute(stmt)).rowcount)
-
-    async def live_positions(self, session_id: str) -> list[tuple[int, int]]:
-        """``(id, created_at)`` of every live row in transcript order: which rows a compaction
-        planned on. A row's values can change in place (an upsert by message id, a new turn
-        context), so the commit also compares the rows it folds (``list_live``)."""
-        query = select(live.c.id, live.c.created_at).where(live.c.session_id == session_id)
-        rows = await self.conn.execute(query.order_by(*LIVE_ORDER))
-        return [(int(row.id), int(row.created_at)) for row in rows]
-
-    async def archive_prefix(
-        self,
-        *,
-        session_id: str,
-        session_key: str,
-        boundary: tuple[int, int],
-        compaction_id: str | None,
-        compaction_index: int | None,
-        archived_at: int,
-    ) -> int:
-        """Copy the live rows up to ``boundary`` into the compacted archive (one statement);
-        each keeps every payload column and records its live id as ``original_entry_id``."""
-        names = [c.name for c in archive.columns if c.name != "id"]
-        fixed: dict[str, Any] = {
-            "session_id": session_id,
-            "session_key": session_key,
-            "compaction_id": compaction_id,
-            "compaction_index": compaction_index,
-            "archived_at": archived_at,
-        }
-        values: list[Any] = []
-        for name in names:
-            if name in fixed:
-                values.append(literal(fixed[name], type_=archive.c[name].type))
-            elif name == "original_entry_id":
-                values.append(live.c.id)
-            else:
-                values.append(live.c[name])
-        source = select(*values).where(_through(session_id, boundary)).order_by(*LIVE_ORDER)
-        stmt = archive.insert().from_select(names, source)
-        return int((await self.conn.execute(stmt)).rowcount)
-
-    async def delete_prefix(self, session_id: str, boundary: tuple[int, int]) -> int:
-        stmt = delete(live).where(_through(session_id, boundary))
-        return int((await self.conn.execute(stmt)).rowcount)
-
-    async def delete_ids(self, session_id: str, ids: Sequence[int]) -> int:
-        if not ids:
-            return 0
-        stmt = delete(live).where(live.c.session_id == session_id, live.c.id.in_(list(ids)))
         return int((await self.conn.execute(stmt)).rowcount)
 
 
