@@ -89,32 +89,13 @@ OPERATIONS: dict[str, Callable[[SessionManager], Awaitable[Any]]] = {
 }
 
 
-# Routed to one partition already: all but compaction, whose statements by session_id alone
-# (the live positions, the prefix moved to the archive, the summary's insert) PostgreSQL
-# cannot prune: strict, so the mark goes the moment it routes to one partition.
-NOT_YET_KEYED = frozenset({"compaction"})
-
-
 async def _history(manager: SessionManager) -> None:
     await manager.create(KEY)
     for n in range(6):
         await manager.append_message(KEY, "user" if n % 2 == 0 else "assistant", f"m{n}")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="statements by session_id alone scan every partition"
-            ),
-        )
-        if name in NOT_YET_KEYED
-        else name
-        for name in OPERATIONS
-    ],
-)
+@pytest.mark.parametrize("name", list(OPERATIONS))
 async def test_one_sessions_statements_each_touch_one_partition(
     partitioned: str, name: str
 ) -> None:
@@ -162,7 +143,6 @@ async def _fork_key(target: str, *, same_partition: bool) -> tuple[str, str]:
 # the child's: each touches the parent's partition and the child's, and nothing else (under
 # Citus the two shards of a cross-shard INSERT ... SELECT). The summaries' copy still selects
 # by session_id alone (db/repos/summaries.py): strict, so the mark goes when it is keyed.
-@pytest.mark.xfail(strict=True, reason="the summaries' copy selects by session_id alone")
 @pytest.mark.parametrize("same_partition", [False, True], ids=["two partitions", "one partition"])
 async def test_a_forks_statements_touch_the_parents_and_the_childs_partitions(
     partitioned: str, same_partition: bool
