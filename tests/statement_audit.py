@@ -9,10 +9,14 @@ the same check. The store's own statements are those run inside its units of wor
 (``db.routing.in_store``); a test's raw SQL on the store's engine is not audited. The check
 is a string test of the compiled SQL, its verdict cached per statement text.
 
-Any statement recorded that is not in the baseline of statements still to be keyed
-(``statement_audit_baseline.txt``) fails the session (exit status 1, the statements listed); the
-terminal summary gives how many statements were checked and how many ran as each
-cross-session operation. Under xdist each worker audits its own statements and the
+Each read of a child table needs a key predicate of its own (a UNION's arms, each EXISTS, a
+subquery under an outer select), on a table that is a session's child: the session row's key
+does not key a join to a child table, an assignment (``SET session_key = ?``) is not a
+predicate.
+
+Any unkeyed statement fails the session (exit status 1, the statements listed); the terminal
+summary gives how many statements were checked and how many ran as each cross-session
+operation. Under xdist each worker audits its own statements and the
 controller adds them up.
 """
 
@@ -32,16 +36,39 @@ from sqlalchemy.engine import Engine
 from opensquilla.session.db import routing, statement_watch
 
 _VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "REPLACE")
-_TABLES = re.compile(r"(?<![\w])\"?(" + "|".join(routing.CHILD_TABLES) + r")\b")
-_KEY_AFTER_WHERE = re.compile(r"\b(WHERE|ON)\b.*\bsession_key\b", re.IGNORECASE | re.DOTALL)
+_CHILD = "|".join(routing.CHILD_TABLES)
+_TABLES = re.compile(r"(?<![\w])\"?(" + _CHILD + r")\b")
 _KEY = re.compile(r"\bsession_key\b")
+# A read of a child table: each one needs a key predicate of its own (a UNION's arms, an
+# EXISTS beside another, a subquery under an outer select).
+_READS = re.compile(
+    r"\b(?:FROM|JOIN|UPDATE)\s+(?:\"?\w+\"?\.)?\"?(?:" + _CHILD + r")\b", re.IGNORECASE
+)
+# An INSERT into a child table and its column list (the WITH of a CTE insert included).
+_INSERTS = re.compile(
+    r"\b(?:INSERT(?:\s+OR\s+\w+)?|REPLACE)\s+INTO\s+(?:\"?\w+\"?\.)?\"?(?:"
+    + _CHILD
+    + r")\b\"?\s*\(([^)]*)\)",
+    re.IGNORECASE,
+)
+# A predicate on session_key (``x.session_key = ?``, ``... = x.session_key``, ``session_key IN``,
+# a row comparison led by it), unless the column is one of a table that is not a child's.
+_QUALIFIER = r"(?:(?P<q>\"?\w+\"?)\.)?"
+_PREDICATES = (
+    re.compile(_QUALIFIER + r"session_key\s*(?:=|IN\b)", re.IGNORECASE),
+    re.compile(r"=\s*" + _QUALIFIER + r"session_key\b", re.IGNORECASE),
+    re.compile(r"\(\s*" + _QUALIFIER + r"session_key\s*,[^()]*\)\s*(?:=|IN\b)", re.IGNORECASE),
+)
+_NOT_CHILD = frozenset({"sessions", "scope_states", "fence", "excluded"})
+# Assignments are not predicates: an UPDATE's SET list, an upsert's DO UPDATE SET.
+_SET_LISTS = re.compile(
+    r"\bSET\b.*?(?=\bWHERE\b|\bRETURNING\b|\bFROM\b|$)", re.IGNORECASE | re.DOTALL
+)
 _PARAMS = re.compile(r"\$\d+|%\(\w+\)s|(?<![:\w]):\w+")
 _IN_LIST = re.compile(r"IN \((?:\?(?:::\w+)?(?:, )?)+\)")
 
-# Statements not yet keyed (normalized, one a line): the work issue 30 leaves, which only
-# shrinks. A statement outside it fails the run; regenerate it with
-# OPENSQUILLA_STATEMENT_AUDIT_WRITE=<file> (every unkeyed statement seen is written there).
-BASELINE = Path(__file__).with_name("statement_audit_baseline.txt")
+# OPENSQUILLA_STATEMENT_AUDIT_WRITE=<file>: every unkeyed statement seen, normalized, is
+# written there (one a line), to find them all in one run.
 WRITE_ENV = "OPENSQUILLA_STATEMENT_AUDIT_WRITE"
 
 
@@ -50,13 +77,6 @@ def normalized(sql: str) -> str:
     so one statement shape has one text on both backends' drivers."""
     text = _PARAMS.sub("?", " ".join(sql.split()))
     return _IN_LIST.sub("IN (?)", text)
-
-
-def _baseline() -> frozenset[str]:
-    if not BASELINE.exists():
-        return frozenset()
-    lines = BASELINE.read_text(encoding="utf-8").splitlines()
-    return frozenset(line for line in lines if line and not line.startswith("#"))
 
 
 def unkeyed_tables(sql: str) -> tuple[str, ...]:
@@ -68,27 +88,36 @@ def unkeyed_tables(sql: str) -> tuple[str, ...]:
     tables = tuple(sorted(set(_TABLES.findall(text))))
     if not tables:
         return ()
-    if text[:6].upper() in ("INSERT", "REPLACE") and _KEY.search(text.split(")", 1)[0]):
-        # The key among the inserted columns; an INSERT ... SELECT from a child table must
-        # also select by it.
-        select = text.upper().find("SELECT")
-        if select < 0 or not _TABLES.search(text[select:]) or _KEY_AFTER_WHERE.search(text):
-            return ()
-        return tables
-    if _KEY_AFTER_WHERE.search(text):
-        return ()
-    return tables
+    inserts = _INSERTS.findall(text)
+    if any(not _KEY.search(columns) for columns in inserts):
+        return tables  # the key not among an INSERT's columns
+    reads = len(_READS.findall(text))
+    if not reads:
+        return () if inserts else tables  # an INSERT ... VALUES (or from a CTE), keyed
+    # Every read of a child table (an INSERT ... SELECT's, a RETURNING subquery's) keyed.
+    return () if _key_predicates(text) >= reads else tables
+
+
+def _key_predicates(text: str) -> int:
+    """How many ``session_key`` predicates ``text`` holds on tables other than ``sessions``
+    (and the other tables that are not a session's children)."""
+    text = _SET_LISTS.sub(" ", text)
+    found = 0
+    for pattern in _PREDICATES:
+        for match in pattern.finditer(text):
+            qualifier = (match.group("q") or "").strip('"').lower()
+            if qualifier not in _NOT_CHILD:
+                found += 1
+    return found
 
 
 @dataclass
 class Audit:
     checked: int = 0
     by_operation: Counter[str] = field(default_factory=Counter)
-    known: int = 0  # statements of the baseline
     offenders: dict[str, str] = field(default_factory=dict)  # sql -> the first test seeing it
     seen_unkeyed: set[str] = field(default_factory=set)
     current_test: str = "(outside a test)"
-    baseline: frozenset[str] = frozenset()
     # sql -> None (keyed, or no child table) or its normalized text
     _verdicts: dict[str, str | None] = field(default_factory=dict)
 
@@ -107,9 +136,7 @@ class Audit:
             self.by_operation[operation] += 1
             return
         self.seen_unkeyed.add(verdict)
-        if verdict in self.baseline:
-            self.known += 1
-        elif verdict not in self.offenders:
+        if verdict not in self.offenders:
             self.offenders[verdict] = self.current_test
 
 
@@ -142,7 +169,6 @@ def detach() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    AUDIT.baseline = _baseline()
     attach()
 
 
@@ -171,7 +197,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _figures(audit: Audit) -> dict[str, Any]:
     return {
         "checked": audit.checked,
-        "known": audit.known,
         "by_operation": dict(audit.by_operation),
         "offenders": audit.offenders,
         "seen": sorted(audit.seen_unkeyed),
@@ -180,7 +205,6 @@ def _figures(audit: Audit) -> dict[str, Any]:
 
 def _add(figures: dict[str, Any]) -> None:
     _TOTALS.checked += figures["checked"]
-    _TOTALS.known += figures["known"]
     _TOTALS.by_operation.update(figures["by_operation"])
     _TOTALS.seen_unkeyed.update(figures["seen"])
     for sql, test in figures["offenders"].items():
@@ -200,8 +224,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     operations = ", ".join(f"{name} {n:,}" for name, n in sorted(_TOTALS.by_operation.items()))
     terminalreporter.write_line(
         f"statement audit: {_TOTALS.checked:,} store statements checked; cross-session by "
-        f"operation: {operations or 'none'}; {_TOTALS.known:,} of the baseline's not yet keyed "
-        f"({BASELINE.name}); {len(_TOTALS.offenders)} new without session_key"
+        f"operation: {operations or 'none'}; {len(_TOTALS.offenders)} without session_key"
     )
     for sql, test in sorted(_TOTALS.offenders.items(), key=lambda item: item[1]):
         terminalreporter.write_line(f"  unkeyed ({test}): {' '.join(sql.split())[:300]}")

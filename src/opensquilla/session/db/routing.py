@@ -37,7 +37,8 @@ CHILD_TABLES: tuple[str, ...] = (
 # (docs/scaling.md) before it is added.
 CROSS_SESSION_OPERATIONS = frozenset(
     {
-        "listing",  # pages of sessions, key-prefix listings, the by-id resolution
+        "listing",  # pages of sessions, key-prefix listings, the by-id resolution and the
+        # check that a session id given to a key is held by no other key
         "retention",  # prune and cap over every session
         "search",  # transcript and title search across sessions
         "stats",  # the store's counts and sizes

@@ -88,7 +88,9 @@ def _sqlite_word_statement(archived: bool, session_id: str | None, window: int |
         f"SELECT {fts}.rowid FROM {fts} JOIN {table} e ON e.id = {fts}.rowid "
         f"WHERE {fts} MATCH :query{scope} ORDER BY bm25({fts}), {fts}.rowid DESC LIMIT :limit"
     )
-    return text(f"SELECT {hit} AND {fts}.rowid IN ({best}) ORDER BY rank DESC, e.id DESC")
+    # The outer read carries the scope too: every read of a child table names its key
+    # (docs/scaling.md#keys-and-statements).
+    return text(f"SELECT {hit}{scope} AND {fts}.rowid IN ({best}) ORDER BY rank DESC, e.id DESC")
 
 
 def _scope(session_id: str | None, session_key: str | None) -> tuple[str, str] | None:

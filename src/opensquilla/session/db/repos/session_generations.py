@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...errors import SessionIdInUseError
+from ..routing import cross_session
 from ..tables import OWNED_TABLES, sessions
 
 
@@ -43,14 +44,17 @@ class SessionGenerations:
     async def generation_claimant(self, session_id: str, session_key: str | None) -> str | None:
         """A session key other than ``session_key`` that already holds ``session_id``: the
         key of the session whose generation it is, or of any row stored under it; ``None``
-        when the id is free for ``session_key``. One statement, an index probe per table."""
+        when the id is free for ``session_key``. One statement, an index probe per table,
+        by id alone: it fans out under distribution (``listing``, the by-id resolution)."""
         probes = []
         for table in (sessions, *OWNED_TABLES):
             probe = select(table.c.session_key).where(table.c.session_id == session_id)
             if session_key is not None:
                 probe = probe.where(table.c.session_key != session_key)
             probes.append(probe.limit(1).scalar_subquery())
-        claimant = (await self.conn.execute(select(func.coalesce(*probes)))).scalar_one_or_none()
+        with cross_session("listing"):
+            result = await self.conn.execute(select(func.coalesce(*probes)))
+        claimant = result.scalar_one_or_none()
         return str(claimant) if claimant is not None else None
 
     async def generation_owner(self, session_id: str) -> str | None:
