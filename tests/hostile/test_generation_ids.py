@@ -182,10 +182,10 @@ STORAGE_WRITERS: dict[str, StorageWriter] = {
         new_session_id=a.session_id,
         now=1,
     ),
-    "insert_session_rows (the session row)": lambda s, a: TransferStore(s).insert(
-        _import_block(a.session_id, in_rows=False), if_exists="fail"
-    ),
-    "insert_session_rows (its rows)": lambda s, a: TransferStore(s).insert(
+    "insert_session_rows (the session row)": lambda s, a: TransferStore(
+        s, operation="import"
+    ).insert(_import_block(a.session_id, in_rows=False), if_exists="fail"),
+    "insert_session_rows (its rows)": lambda s, a: TransferStore(s, operation="import").insert(
         _import_block(a.session_id, in_rows=True), if_exists="fail"
     ),
     "append_transcript_entry": lambda s, a: s.append_transcript_entry(

@@ -40,7 +40,7 @@ class TransferStore:
     cross-session ``operation`` (``export``, ``import`` or ``copy``: what its statements
     about many sessions run as, docs/scaling.md#keys-and-statements)."""
 
-    def __init__(self, storage: SessionStorage, *, operation: str = "import") -> None:
+    def __init__(self, storage: SessionStorage, *, operation: str) -> None:
         self._storage = storage
         self._operation = operation
 
