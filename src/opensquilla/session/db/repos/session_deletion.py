@@ -22,7 +22,7 @@ RETENTION_ORDER = (sessions.c.updated_at, sessions.c.created_at, sessions.c.sess
 
 def owned_rows(
     table: Table, keys: Any, session_ids: Any, *, sessions_deleted: bool = False
-) -> tuple[ColumnElement[bool], ...]:
+) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
     """The rows of ``table`` that belong to the sessions ``keys`` (current generations
     ``session_ids``), as disjoint conditions, one statement each (so that each is an index
     probe; together, with an ``OR``, PostgreSQL would hash every session per statement).
@@ -36,10 +36,14 @@ def owned_rows(
     come from data written before session ids were unique; deleting one session must not
     take it from the other.)
 
-    ``sessions_deleted``: the conditions run in this order, right after the session rows
-    of ``keys`` were deleted, in the same transaction: the second then needs neither to
-    exclude the first one's rows nor to exclude ``keys`` from the sessions it looks at
-    (fewer parameters: each is a value SQLAlchemy and the driver process).
+    The conditions come as ``(by key, by id)``: the first routes to each key's shard under
+    distribution, the second (the rows carrying the ids, under whatever key they are
+    stored) fans out to every shard.
+
+    ``sessions_deleted``: the conditions run right after the session rows of ``keys`` were
+    deleted, in the same transaction: they then need neither be disjoint nor exclude
+    ``keys`` from the sessions they look at (fewer parameters: each is a value SQLAlchemy
+    and the driver process).
     """
     if table is session_context_states:
         mine, others, link = table.c.session_key, table.c.session_id, sessions.c.session_key
@@ -48,16 +52,13 @@ def owned_rows(
         mine, others, link = table.c.session_id, table.c.session_key, sessions.c.session_id
         this_generation, other_rows = _one_of(mine, session_ids), _one_of(others, keys)
     if sessions_deleted:
-        shown_elsewhere = exists().where(link == mine)
-        return this_generation, and_(other_rows, ~shown_elsewhere)
-    shown_elsewhere = exists().where(link == mine, sessions.c.session_key.not_in(keys))
-    return this_generation, and_(other_rows, ~this_generation, ~shown_elsewhere)
-
-
-def _by_id(table: Table, position: int) -> bool:
-    """Whether the condition at ``position`` of :func:`owned_rows` selects ``table``'s rows
-    by session id (rather than by key)."""
-    return position == (1 if table is session_context_states else 0)
+        rest = and_(other_rows, ~exists().where(link == mine))
+    else:
+        shown_elsewhere = exists().where(link == mine, sessions.c.session_key.not_in(keys))
+        rest = and_(other_rows, ~this_generation, ~shown_elsewhere)
+    if table is session_context_states:
+        return this_generation, rest
+    return rest, this_generation
 
 
 def _listed(conn: AsyncConnection, values: Sequence[str]) -> Any:
@@ -116,16 +117,12 @@ class SessionDeletion:
             # Summaries have no index on session_key, so that test scans the table: a list of
             # parameters is hashed once per statement there, an array searched row by row.
             keys = deleted_keys if table is session_summaries else listed_keys
-            owned_by = owned_rows(table, keys, listed_ids, sessions_deleted=True)
-            for position, owned in enumerate(owned_by):
-                if _by_id(table, position):
-                    # The rows carrying the sessions' current ids under whatever key they
-                    # are stored (a legacy spelling of the key among them): by id alone,
-                    # so under distribution this one fans out to every shard.
-                    with cross_session("retention"):
-                        await self.conn.execute(delete(table).where(owned))
-                else:
-                    await self.conn.execute(delete(table).where(owned))
+            by_key, by_id = owned_rows(table, keys, listed_ids, sessions_deleted=True)
+            await self.conn.execute(delete(table).where(by_key))
+            # The rows carrying the sessions' current ids under whatever key they are stored
+            # (a legacy spelling of the key among them): by id alone, a fan-out.
+            with cross_session("retention"):
+                await self.conn.execute(delete(table).where(by_id))
         # The sessions' state (one row per key, outside the five tables), in the same
         # transaction.
         await self.conn.execute(
