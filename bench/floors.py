@@ -181,3 +181,69 @@ async def transcript_reader(
         yield read_sqlite
     finally:
         await lite.close()
+
+
+@contextlib.asynccontextmanager
+async def batch_appenders(
+    target: str, key: str, session_id: str, sizes: tuple[int, ...] = (1, 10)
+) -> AsyncIterator[dict[int, Callable[[], Awaitable[None]]]]:
+    """The floor of a batch append, for each of ``sizes`` rows: in one transaction through the
+    bare driver, the session row's fence and counters updated, then one multi-row ``INSERT``
+    into the transcript table (its search index triggers and indexes maintained, as for ours).
+    One connection serves every size (on SQLite a write by another connection would make the
+    next call reload its page cache). The ratio of two sizes is the driver's and the
+    database's own cost of a batch's extra rows (issue 28's batch target)."""
+    counter = iter(range(10**9))
+    update_sql = (
+        "UPDATE sessions SET updated_at = {}, total_tokens = total_tokens + {}, "
+        "total_tokens_fresh = {} WHERE session_key = {} AND epoch = {}"
+    )
+    if target.startswith("postgresql"):
+        pg = await asyncpg.connect(_pg_dsn(target))
+        try:
+            update = await pg.prepare(update_sql.format("$1", "$2", "false", "$3", "$4"))
+            appenders = {}
+            for rows in sizes:
+                marks = ", ".join(
+                    "(" + ", ".join(f"${r * 18 + c + 1}" for c in range(18)) + ")"
+                    for r in range(rows)
+                )
+                insert = await pg.prepare(
+                    f"INSERT INTO transcript_entries ({INSERT_COLUMNS}) VALUES {marks}"
+                )
+
+                async def append_pg(rows: int = rows, insert: Any = insert) -> None:
+                    batch = [_values(session_id, key, next(counter)) for _ in range(rows)]
+                    async with pg.transaction():
+                        await update.fetch(batch[-1][10], 50 * rows, key, 0)
+                        await insert.fetch(*(value for row in batch for value in row))
+
+                appenders[rows] = append_pg
+            yield appenders
+        finally:
+            await pg.close()
+        return
+    lite = await aiosqlite.connect(target, isolation_level=None)
+    try:
+        await lite.execute("PRAGMA journal_mode=WAL")
+        await lite.execute("PRAGMA synchronous=FULL")
+        update = update_sql.format("?", "?", "0", "?", "?")
+        row_marks = "(" + ", ".join("?" * 18) + ")"
+
+        def appender(rows: int) -> Callable[[], Awaitable[None]]:
+            insert = f"INSERT INTO transcript_entries ({INSERT_COLUMNS}) VALUES " + ", ".join(
+                [row_marks] * rows
+            )
+
+            async def append_sqlite() -> None:
+                batch = [_values(session_id, key, next(counter)) for _ in range(rows)]
+                await lite.execute("BEGIN IMMEDIATE")
+                await lite.execute(update, (batch[-1][10], 50 * rows, key, 0))
+                await lite.execute(insert, tuple(value for row in batch for value in row))
+                await lite.execute("COMMIT")
+
+            return append_sqlite
+
+        yield {rows: appender(rows) for rows in sizes}
+    finally:
+        await lite.close()

@@ -6,7 +6,10 @@ Each round calls one ``append_message``, one ``append_messages`` of 10 and one
 ``pop_message`` in turn (``common.interleaved_p50``: a load that comes and goes hits them
 alike), on one warm store whose session keeps about 1,000 live entries (each round adds 11
 and pops 1, after a prefill). The targets: ``append_messages`` of 10 p50 <= 2x one
-append, ``pop_message`` p50 <= 1.2x one append.
+append, ``pop_message`` p50 <= 1.2x one append. In the same rounds, the driver floor of
+the batch target (``floors.batch_appender``): the fence and a 10-row ``INSERT`` against the
+fence and a 1-row one, through the bare driver, on a database of its own laid out and
+filled alike (so that neither's writes make the other's SQLite connection reload its cache).
 """
 
 from __future__ import annotations
@@ -14,11 +17,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import floors
 from common import MESSAGE, bulk_fill, fresh_target, interleaved_p50, script_main
 
 from opensquilla.session import SessionManager, SessionStorage
 
 KEY = "agent:main:primitives"
+
+
+async def _floor_session(target: str) -> tuple[str, str, str]:
+    """The floor's database: migrated, one session of 1,000 entries, as ours."""
+    storage = SessionStorage(target)
+    await storage.connect()
+    try:
+        node = await SessionManager(storage).create(KEY)
+        await bulk_fill(storage, KEY, node.session_id, 1000)
+    finally:
+        await storage.close()
+    return target, node.session_key, node.session_id
 
 
 async def run(backend: str, n: int) -> dict[str, float]:
@@ -48,13 +64,19 @@ async def run(backend: str, n: int) -> dict[str, float]:
             async def pop() -> None:
                 await manager.pop_message(KEY)
 
-            calls: dict[str, Callable[[], Awaitable[Any]]] = {
-                "append_message": one,
-                "append_messages_10": ten,
-                "pop_message": pop,
-            }
-            await interleaved_p50(calls, min(30, n))  # warm: statement caches, the pool
-            figures = await interleaved_p50(calls, n)
+            async with (
+                fresh_target(backend) as floor_target,
+                floors.batch_appenders(*await _floor_session(floor_target)) as floor,
+            ):
+                calls: dict[str, Callable[[], Awaitable[Any]]] = {
+                    "append_message": one,
+                    "append_messages_10": ten,
+                    "pop_message": pop,
+                    "floor_1": floor[1],
+                    "floor_10": floor[10],
+                }
+                await interleaved_p50(calls, min(30, n))  # warm: statement caches, the pool
+                figures = await interleaved_p50(calls, n)
         finally:
             await storage.close()
     one_ms = figures["append_message"]
@@ -64,6 +86,9 @@ async def run(backend: str, n: int) -> dict[str, float]:
         "pop_message_p50_ms": figures["pop_message"],
         "append_messages_10_over_append": figures["append_messages_10"] / one_ms,
         "pop_over_append": figures["pop_message"] / one_ms,
+        "floor_append_1_p50_ms": figures["floor_1"],
+        "floor_append_10_p50_ms": figures["floor_10"],
+        "floor_10_over_1": figures["floor_10"] / figures["floor_1"],
     }
 
 
