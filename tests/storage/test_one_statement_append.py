@@ -113,7 +113,7 @@ async def test_the_forced_fallback_appends_in_a_write_transaction(
         "SELECT (SELECT",
         "INSERT INTO",
     ]
-    assert "max(transcript_entries.created_at)" in seen[1]
+    assert "ORDER BY transcript_entries.created_at DESC LIMIT 1" in seen[1]
     assert "transcript_entries" in seen[2]
     node = await manager.get_session(KEY)
     assert node is not None and node.total_tokens == 2
