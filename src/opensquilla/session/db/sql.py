@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, Text, func
+from sqlalchemy import Table, Text, func, literal
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
@@ -33,6 +33,29 @@ def new_uuid(dialect: Dialect) -> ColumnElement[str]:
     if dialect.name == "postgresql":
         return sql_cast(func.gen_random_uuid(), Text())
     return cast(ColumnElement[str], getattr(func, SQLITE_UUID_FUNCTION)())
+
+
+def copied_columns(
+    target: Table,
+    source: Any,
+    *,
+    given: Mapping[str, Any],
+    computed: Mapping[str, ColumnElement[Any]] | None = None,
+) -> tuple[list[str], list[Any]]:
+    """What an ``INSERT INTO target (names) SELECT values`` copying rows takes: the names of
+    ``target``'s columns but ``id`` (each copy gets a new one) and, name for name, its value:
+    ``given``'s value bound as a literal of the column's type, ``computed``'s expression,
+    else ``source``'s column of that name (``source`` a table's or a subquery's ``.c``)."""
+    names = [c.name for c in target.columns if c.name != "id"]
+    values: list[Any] = []
+    for name in names:
+        if name in given:
+            values.append(literal(given[name], type_=target.c[name].type))
+        elif computed is not None and name in computed:
+            values.append(computed[name])
+        else:
+            values.append(source[name])
+    return names, values
 
 
 async def lock_key(conn: AsyncConnection, key: str) -> None:

@@ -10,13 +10,13 @@ under distribution (one partition of the partitioned layout).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from sqlalchemy import ColumnElement, delete, literal, select, tuple_
+from sqlalchemy import ColumnElement, delete, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import CompactedTranscriptEntry
 from ..rows import select_rows, to_models
+from ..sql import copied_columns
 from ..tables import compacted_transcript_entries as archive
 from ..tables import transcript_entries as live
 from .transcript_reads import LIVE_ORDER
@@ -66,22 +66,18 @@ class CompactionRepository:
     ) -> int:
         """Copy the live rows up to ``boundary`` into the compacted archive (one statement);
         each keeps every payload column and records its live id as ``original_entry_id``."""
-        names = [c.name for c in archive.columns if c.name != "id"]
-        fixed: dict[str, Any] = {
-            "session_id": session_id,
-            "session_key": session_key,
-            "compaction_id": compaction_id,
-            "compaction_index": compaction_index,
-            "archived_at": archived_at,
-        }
-        values: list[Any] = []
-        for name in names:
-            if name in fixed:
-                values.append(literal(fixed[name], type_=archive.c[name].type))
-            elif name == "original_entry_id":
-                values.append(live.c.id)
-            else:
-                values.append(live.c[name])
+        names, values = copied_columns(
+            archive,
+            live.c,
+            given={
+                "session_id": session_id,
+                "session_key": session_key,
+                "compaction_id": compaction_id,
+                "compaction_index": compaction_index,
+                "archived_at": archived_at,
+            },
+            computed={"original_entry_id": live.c.id},
+        )
         source = (
             select(*values)
             .where(*_through(session_key, session_id, boundary))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-from sqlalchemy import Update, literal, select, true, update
+from sqlalchemy import Update, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionContextState
 from ...models.records import ContextStateFilter, StateSelection
 from ..rows import select_rows, to_models, values_of
+from ..sql import copied_columns
 from ..tables import session_context_states as states
 
 ORDER = (states.c.created_at.asc(), states.c.id.asc())
@@ -82,16 +83,11 @@ class ContextStateRepository:
         target_session_id: str,
         target_session_key: str,
     ) -> int:
-        names = [c.name for c in states.columns if c.name != "id"]
-        values: list[Any] = []
-        for name in names:
-            column = states.c[name]
-            if name == "session_id":
-                values.append(literal(target_session_id, type_=column.type))
-            elif name == "session_key":
-                values.append(literal(target_session_key, type_=column.type))
-            else:
-                values.append(column)
+        names, values = copied_columns(
+            states,
+            states.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+        )
         source = (
             select(*values)
             .where(states.c.session_key == source_session_key, states.c.valid == true())

@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, literal, select, update
+from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionSummary
 from ..routing import cross_session
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
-from ..sql import lock_key
+from ..sql import copied_columns, lock_key
 from ..tables import session_summaries as summaries
 
 ORDER = (summaries.c.compaction_index.asc(), summaries.c.id.asc())
@@ -81,7 +81,6 @@ class SummaryRepository:
     ) -> int:
         """Copy every summary, metadata intact, re-indexed from 0 in the original order."""
         await lock_key(self.conn, target_session_id)
-        names = [c.name for c in summaries.columns if c.name != "id"]
         base = (
             select(func.coalesce(func.max(summaries.c.compaction_index), -1).label("base"))
             .where(
@@ -91,17 +90,12 @@ class SummaryRepository:
             .scalar_subquery()
         )
         position = func.row_number().over(order_by=list(ORDER))
-        values: list[Any] = []
-        for name in names:
-            column = summaries.c[name]
-            if name == "session_id":
-                values.append(literal(target_session_id, type_=column.type))
-            elif name == "session_key":
-                values.append(literal(target_session_key, type_=column.type))
-            elif name == "compaction_index":
-                values.append(base + position)
-            else:
-                values.append(column)
+        names, values = copied_columns(
+            summaries,
+            summaries.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+            computed={"compaction_index": base + position},
+        )
         source = select(*values).where(
             summaries.c.session_key == source_session_key,
             summaries.c.session_id == source_session_id,

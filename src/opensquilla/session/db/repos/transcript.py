@@ -17,7 +17,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    literal,
     select,
     tuple_,
 )
@@ -36,13 +35,10 @@ from ..rows import (
     to_models,
     values_of,
 )
-from ..sql import new_uuid
+from ..sql import copied_columns, new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
-from .fenced_append import (
-    INSERT_COLUMNS,
-)
 from .transcript_batches import TranscriptBatches
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 from .transcript_writes import TranscriptWrites
@@ -223,18 +219,14 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
                 .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
                 .subquery("source")
             )
-        values: list[Any] = []
-        for column in INSERT_COLUMNS:
-            if column.name == "session_id":
-                values.append(literal(target_session_id, type_=column.type))
-            elif column.name == "session_key":
-                values.append(literal(target_session_key, type_=column.type))
-            elif column.name == "message_id":
-                values.append(new_uuid(self.conn.dialect))
-            else:
-                values.append(rows.c[column.name])
+        names, values = copied_columns(
+            live,
+            rows.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+            computed={"message_id": new_uuid(self.conn.dialect)},
+        )
         source = select(*values).order_by(rows.c.created_at.asc(), rows.c.id.asc())
-        stmt = live.insert().from_select([c.name for c in INSERT_COLUMNS], source)
+        stmt = live.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def copy_archive_to_session(
@@ -247,15 +239,11 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
     ) -> int:
         """Copy the whole compacted archive; every column but the owner and row id is kept
         (the source read by its key)."""
-        names = [c.name for c in archive.columns if c.name != "id"]
-        values: list[Any] = []
-        for name in names:
-            if name == "session_id":
-                values.append(literal(target_session_id, type_=archive.c.session_id.type))
-            elif name == "session_key":
-                values.append(literal(target_session_key, type_=archive.c.session_key.type))
-            else:
-                values.append(archive.c[name])
+        names, values = copied_columns(
+            archive,
+            archive.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+        )
         source = (
             select(*values)
             .where(
