@@ -76,6 +76,34 @@ def _stored(row: Any, session_id: str | None) -> StoredState | None:
     return StoredState(session_id, row.state, int(row.revision), int(row.updated_at))
 
 
+async def _write(
+    conn: AsyncConnection,
+    table: Table,
+    key: dict[str, str],
+    values: dict[str, Any],
+    stored_revision: int | None,
+) -> bool:
+    """The compare-and-set write of ``table``'s row of primary key ``key`` (column: value):
+    a new row when ``stored_revision`` is ``None`` (nothing when there is one), else the
+    row while it is still at ``stored_revision``. ``False``: nothing written."""
+    if stored_revision is None:
+        stmt = insert_for(conn.dialect, table).on_conflict_do_nothing(
+            index_elements=[table.c[name] for name in key]
+        )
+        result = await conn.execute(stmt, {**key, **values})
+    else:
+        stmt = (
+            update(table)
+            .where(
+                *(table.c[name] == value for name, value in key.items()),
+                table.c.revision == stored_revision,
+            )
+            .values(**values)
+        )
+        result = await conn.execute(stmt)
+    return bool(result.rowcount)
+
+
 @functools.cache
 def _session_and_state(dialect_name: str, locked: bool) -> Select[Any]:
     """The session's current generation and its key's state row, one statement (a key's
@@ -147,22 +175,8 @@ class SessionStateRepository:
             "revision": revision,
             "updated_at": now,
         }
-        if stored_revision is None:
-            stmt = insert_for(self.conn.dialect, session_states).on_conflict_do_nothing(
-                index_elements=[session_states.c.session_key]
-            )
-            result = await self.conn.execute(stmt, {"session_key": session_key, **values})
-        else:
-            stmt = (
-                update(session_states)
-                .where(
-                    session_states.c.session_key == session_key,
-                    session_states.c.revision == stored_revision,
-                )
-                .values(**values)
-            )
-            result = await self.conn.execute(stmt)
-        return bool(result.rowcount)
+        key = {"session_key": session_key}
+        return await _write(self.conn, session_states, key, values, stored_revision)
 
     async def restart(
         self, session_key: str, *, old_session_id: str, new_session_id: str, now: int
@@ -256,21 +270,6 @@ class ScopeStateRepository:
         stored_revision: int | None,
     ) -> bool:
         """As :meth:`SessionStateRepository.write`, for a scope's row."""
+        key = {"scope": scope, "scope_id": scope_id}
         values = {"state": state, "revision": revision, "updated_at": now}
-        if stored_revision is None:
-            stmt = insert_for(self.conn.dialect, scope_states).on_conflict_do_nothing(
-                index_elements=[scope_states.c.scope, scope_states.c.scope_id]
-            )
-            result = await self.conn.execute(stmt, {"scope": scope, "scope_id": scope_id, **values})
-        else:
-            stmt = (
-                update(scope_states)
-                .where(
-                    scope_states.c.scope == scope,
-                    scope_states.c.scope_id == scope_id,
-                    scope_states.c.revision == stored_revision,
-                )
-                .values(**values)
-            )
-            result = await self.conn.execute(stmt)
-        return bool(result.rowcount)
+        return await _write(self.conn, scope_states, key, values, stored_revision)
