@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, Text, func, literal
+from sqlalchemy import Insert, Table, Text, func, literal, select
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
@@ -35,17 +35,20 @@ def new_uuid(dialect: Dialect) -> ColumnElement[str]:
     return cast(ColumnElement[str], getattr(func, SQLITE_UUID_FUNCTION)())
 
 
-def copied_columns(
+def copy_rows(
     target: Table,
     source: Any,
     *,
     given: Mapping[str, Any],
     computed: Mapping[str, ColumnElement[Any]] | None = None,
-) -> tuple[list[str], list[Any]]:
-    """What an ``INSERT INTO target (names) SELECT values`` copying rows takes: the names of
-    ``target``'s columns but ``id`` (each copy gets a new one) and, name for name, its value:
-    ``given``'s value bound as a literal of the column's type, ``computed``'s expression,
-    else ``source``'s column of that name (``source`` a table's or a subquery's ``.c``)."""
+    where: Sequence[ColumnElement[bool]] = (),
+    order_by: Sequence[Any] = (),
+) -> Insert:
+    """One ``INSERT INTO target ... SELECT`` copying the rows of ``source`` (a table's or a
+    subquery's ``.c``) that match ``where``, in ``order_by``: every column of ``target`` but
+    ``id`` (each copy gets a new one), valued by ``given`` (bound as a literal of the
+    column's type), else by ``computed`` (an expression), else by ``source``'s column of
+    that name."""
     names = [c.name for c in target.columns if c.name != "id"]
     values: list[Any] = []
     for name in names:
@@ -55,7 +58,10 @@ def copied_columns(
             values.append(computed[name])
         else:
             values.append(source[name])
-    return names, values
+    query = select(*values).where(*where)
+    if order_by:
+        query = query.order_by(*order_by)
+    return target.insert().from_select(names, query)
 
 
 async def lock_key(conn: AsyncConnection, key: str) -> None:

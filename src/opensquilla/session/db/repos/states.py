@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..sql import insert_for, lock_key
 from ..tables import sessions
 from ..types import JSONText
+from .repository import Repository
 
 # Not among the five tables: their own metadata, so export, import, retention and the drift
 # check (which compare the five) never see them, and a session row's upsert never writes the
@@ -130,14 +131,11 @@ def _session_and_state(dialect_name: str, locked: bool) -> Select[Any]:
     return query
 
 
-class SessionStateRepository:
+class SessionStateRepository(Repository):
     """Statements on ``session_states`` (``tx.session_states``), on one unit of work's
     connection; never commits. Not ``tx.states``, the context states."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def read(
         self, session_key: str, *, for_update: bool = False
@@ -237,14 +235,11 @@ class SessionStateRepository:
         return int((await self.conn.execute(stmt)).rowcount)
 
 
-class ScopeStateRepository:
+class ScopeStateRepository(Repository):
     """Statements on ``scope_states`` (``tx.scope_states``), on one unit of work's
     connection; never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def read(
         self, scope: str, scope_id: str, *, for_update: bool = False

@@ -20,7 +20,6 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import (
     CompactedTranscriptEntry,
@@ -35,10 +34,11 @@ from ..rows import (
     to_models,
     values_of,
 )
-from ..sql import copied_columns, new_uuid
+from ..sql import copy_rows, new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
+from .repository import Repository
 from .transcript_batches import TranscriptBatches
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 from .transcript_writes import TranscriptWrites
@@ -73,13 +73,10 @@ def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     )
 
 
-class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads):
+class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads, Repository):
     """The live transcript and the compacted archive; bound to one connection, never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def list_live(
         self, session_id: str, *, session_key: str, limit: int | None = None, offset: int = 0
@@ -219,14 +216,13 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
                 .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
                 .subquery("source")
             )
-        names, values = copied_columns(
+        stmt = copy_rows(
             live,
             rows.c,
             given={"session_id": target_session_id, "session_key": target_session_key},
             computed={"message_id": new_uuid(self.conn.dialect)},
+            order_by=(rows.c.created_at.asc(), rows.c.id.asc()),
         )
-        source = select(*values).order_by(rows.c.created_at.asc(), rows.c.id.asc())
-        stmt = live.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def copy_archive_to_session(
@@ -239,20 +235,16 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
     ) -> int:
         """Copy the whole compacted archive; every column but the owner and row id is kept
         (the source read by its key)."""
-        names, values = copied_columns(
+        stmt = copy_rows(
             archive,
             archive.c,
             given={"session_id": target_session_id, "session_key": target_session_key},
-        )
-        source = (
-            select(*values)
-            .where(
+            where=(
                 archive.c.session_key == source_session_key,
                 archive.c.session_id == source_session_id,
-            )
-            .order_by(archive.c.id.asc())
+            ),
+            order_by=(archive.c.id.asc(),),
         )
-        stmt = archive.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def insert_archive_rows(self, rows: Sequence[CompactedTranscriptEntry]) -> None:
