@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, Text, func
+from sqlalchemy import Insert, Table, Text, func, literal, select
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
@@ -33,6 +33,35 @@ def new_uuid(dialect: Dialect) -> ColumnElement[str]:
     if dialect.name == "postgresql":
         return sql_cast(func.gen_random_uuid(), Text())
     return cast(ColumnElement[str], getattr(func, SQLITE_UUID_FUNCTION)())
+
+
+def copy_rows(
+    target: Table,
+    source: Any,
+    *,
+    given: Mapping[str, Any],
+    computed: Mapping[str, ColumnElement[Any]] | None = None,
+    where: Sequence[ColumnElement[bool]] = (),
+    order_by: Sequence[Any] = (),
+) -> Insert:
+    """One ``INSERT INTO target ... SELECT`` copying the rows of ``source`` (a table's or a
+    subquery's ``.c``) that match ``where``, in ``order_by``: every column of ``target`` but
+    ``id`` (each copy gets a new one), valued by ``given`` (bound as a literal of the
+    column's type), else by ``computed`` (an expression), else by ``source``'s column of
+    that name."""
+    names = [c.name for c in target.columns if c.name != "id"]
+    values: list[Any] = []
+    for name in names:
+        if name in given:
+            values.append(literal(given[name], type_=target.c[name].type))
+        elif computed is not None and name in computed:
+            values.append(computed[name])
+        else:
+            values.append(source[name])
+    query = select(*values).where(*where)
+    if order_by:
+        query = query.order_by(*order_by)
+    return target.insert().from_select(names, query)
 
 
 async def lock_key(conn: AsyncConnection, key: str) -> None:

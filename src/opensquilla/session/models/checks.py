@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from pydantic import AfterValidator, Field, Strict, ValidationError
 
 from ..errors import InvalidInputError
-from ..keys import canonicalize_session_key, normalize_agent_id
+from ..keys import canonicalize_session_key, normalize_agent_id, require_session_key
 
 if TYPE_CHECKING:
     from .records import _Record
@@ -53,14 +53,6 @@ def _identifier(value: str) -> str:
     if _FORBIDDEN_IN_IDENTIFIER.search(value):
         raise ValueError("must not contain NUL characters or unpaired surrogates")
     return value
-
-
-def _session_key(value: str) -> str:
-    """A record's own key: canonical and not empty (the store's keys.py rules)."""
-    key = canonicalize_session_key(value)
-    if not key:
-        raise ValueError("session key must not be empty")
-    return key
 
 
 def _json_document(value: Any) -> Any:
@@ -115,7 +107,8 @@ SessionId = Annotated[
     Field(min_length=1, max_length=SESSION_ID_MAX_LENGTH),
     AfterValidator(_identifier),
 ]
-SessionKey = Annotated[str, Strict(), AfterValidator(_session_key)]
+# A record's own key: canonical and not empty (the store's keys.py rules).
+SessionKey = Annotated[str, Strict(), AfterValidator(require_session_key)]
 LineageKey = Annotated[str, Strict(), AfterValidator(canonicalize_session_key)]
 AgentId = Annotated[str, Strict(), AfterValidator(normalize_agent_id)]
 ArchiveCompactionId = Annotated[

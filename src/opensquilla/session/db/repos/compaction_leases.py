@@ -7,11 +7,11 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Column, MetaData, Table, Text, delete, literal_column, select
 from sqlalchemy import update as sql_update
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import ColumnElement
 
 from ...models.leases import LEASE_DONE, LEASE_RUNNING, CompactionLease
 from ..sql import insert_for
+from .repository import Repository
 
 # Coordination state, not one of the five tables: its own metadata, so export, import,
 # retention and the drift check (which compare the five) never see it.
@@ -39,13 +39,10 @@ def clock_ms(dialect_name: str) -> ColumnElement[int]:
     return literal_column("CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)", BigInteger)
 
 
-class LeaseRepository:
+class LeaseRepository(Repository):
     """Statements on ``compaction_leases``, on one unit of work's connection; never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     @property
     def _now(self) -> ColumnElement[int]:

@@ -10,15 +10,15 @@ under distribution (one partition of the partitioned layout).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from sqlalchemy import ColumnElement, delete, literal, select, tuple_
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import ColumnElement, delete, select, tuple_
 
 from ...models import CompactedTranscriptEntry
 from ..rows import select_rows, to_models
+from ..sql import copy_rows
 from ..tables import compacted_transcript_entries as archive
 from ..tables import transcript_entries as live
+from .repository import Repository
 from .transcript_reads import LIVE_ORDER
 
 
@@ -37,14 +37,11 @@ def _through(
     )
 
 
-class CompactionRepository:
+class CompactionRepository(Repository):
     """A compaction's statements on the live transcript and the compacted archive of one
     generation; bound to one unit of work's connection, never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def live_positions(self, session_id: str, *, session_key: str) -> list[tuple[int, int]]:
         """``(id, created_at)`` of every live row in transcript order: which rows a compaction
@@ -66,28 +63,20 @@ class CompactionRepository:
     ) -> int:
         """Copy the live rows up to ``boundary`` into the compacted archive (one statement);
         each keeps every payload column and records its live id as ``original_entry_id``."""
-        names = [c.name for c in archive.columns if c.name != "id"]
-        fixed: dict[str, Any] = {
-            "session_id": session_id,
-            "session_key": session_key,
-            "compaction_id": compaction_id,
-            "compaction_index": compaction_index,
-            "archived_at": archived_at,
-        }
-        values: list[Any] = []
-        for name in names:
-            if name in fixed:
-                values.append(literal(fixed[name], type_=archive.c[name].type))
-            elif name == "original_entry_id":
-                values.append(live.c.id)
-            else:
-                values.append(live.c[name])
-        source = (
-            select(*values)
-            .where(*_through(session_key, session_id, boundary))
-            .order_by(*LIVE_ORDER)
+        stmt = copy_rows(
+            archive,
+            live.c,
+            given={
+                "session_id": session_id,
+                "session_key": session_key,
+                "compaction_id": compaction_id,
+                "compaction_index": compaction_index,
+                "archived_at": archived_at,
+            },
+            computed={"original_entry_id": live.c.id},
+            where=_through(session_key, session_id, boundary),
+            order_by=LIVE_ORDER,
         )
-        stmt = archive.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def delete_prefix(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-from sqlalchemy import Update, literal, select, true, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Update, true, update
 
 from ...models import SessionContextState
 from ...models.records import ContextStateFilter, StateSelection
 from ..rows import select_rows, to_models, values_of
+from ..sql import copy_rows
 from ..tables import session_context_states as states
+from .repository import Repository
 
 ORDER = (states.c.created_at.asc(), states.c.id.asc())
 
@@ -31,13 +32,10 @@ def _invalidate(session_key: str, reason: str, selection: StateSelection) -> Upd
     return selected.values(valid=False, invalid_reason=reason)
 
 
-class ContextStateRepository:
+class ContextStateRepository(Repository):
     """Statements on ``session_context_states``, on one unit of work's connection; never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def insert(self, state: SessionContextState) -> int:
         stmt = states.insert().values(values_of(state, states)).returning(states.c.id)
@@ -82,20 +80,11 @@ class ContextStateRepository:
         target_session_id: str,
         target_session_key: str,
     ) -> int:
-        names = [c.name for c in states.columns if c.name != "id"]
-        values: list[Any] = []
-        for name in names:
-            column = states.c[name]
-            if name == "session_id":
-                values.append(literal(target_session_id, type_=column.type))
-            elif name == "session_key":
-                values.append(literal(target_session_key, type_=column.type))
-            else:
-                values.append(column)
-        source = (
-            select(*values)
-            .where(states.c.session_key == source_session_key, states.c.valid == true())
-            .order_by(*ORDER)
+        stmt = copy_rows(
+            states,
+            states.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+            where=(states.c.session_key == source_session_key, states.c.valid == true()),
+            order_by=ORDER,
         )
-        stmt = states.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)

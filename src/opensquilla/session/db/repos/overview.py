@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Select, func, select, true
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionNode, SessionSummary
 from ...models.reports import DeletionPreview, StoreCounts
@@ -23,6 +22,7 @@ from ..tables import (
     sessions,
     transcript_entries,
 )
+from .repository import Repository
 from .sessions import RETENTION_ORDER, owned_rows
 from .summaries import DEGRADED_STATUSES
 
@@ -31,13 +31,10 @@ def _count_of(table: Any, *where: Any) -> Select[Any]:
     return select(func.count()).select_from(table).where(*where)
 
 
-class OverviewRepository:
+class OverviewRepository(Repository):
     """Whole-store reads for operators (counts, deletion previews); bound to one connection."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def _count(self, query: Select[Any]) -> int:
         return int((await self.conn.execute(query)).scalar_one() or 0)

@@ -27,7 +27,6 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import SessionNode
 from ...models.search import (
@@ -44,6 +43,7 @@ from ..tables import compacted_transcript_entries as archive
 from ..tables import sessions
 from ..tables import transcript_entries as live
 from ..types import MARKER
+from .repository import Repository
 
 # PostgreSQL's longest word in a tsvector; plainto_tsquery drops longer ones.
 PG_MAX_WORD_BYTES = 2047
@@ -127,11 +127,10 @@ def _pg_term(term: str) -> str:
     return term.replace(MARKER, "").replace("\\", "\\\\").replace("\x00", "\\0")
 
 
-class SearchRepository:
+class SearchRepository(Repository):
     """Word, substring and title search statements on one connection."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def words(
         self,

@@ -4,11 +4,11 @@ one row each, written inside the reset's own transaction."""
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, Index, MetaData, Table, Text, func, insert, select
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models.archives import StoredArchive
 from ..routing import cross_session
 from ..types import IntId, LosslessText
+from .repository import Repository
 
 # The archive, not one of the five tables: its own metadata, so export, import, retention
 # and the drift check (which compare the five) never see it.
@@ -32,13 +32,10 @@ session_archives = Table(
 _SUMMARY = [c for c in session_archives.c if c.name != "document"]
 
 
-class ArchiveRepository:
+class ArchiveRepository(Repository):
     """Statements on ``session_archives``, on one unit of work's connection; never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def add(
         self,

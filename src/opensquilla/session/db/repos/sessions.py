@@ -17,7 +17,6 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...errors import InvalidInputError, StaleGenerationError
 from ...models import INT64_MAX, SessionListFilter, SessionNode
@@ -25,6 +24,7 @@ from ..routing import cross_session
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
 from ..sql import chunks, insert_for, prefix_range
 from ..tables import sessions
+from .repository import Repository
 from .session_deletion import RETENTION_ORDER as RETENTION_ORDER
 from .session_deletion import SessionDeletion, _listed, _one_of
 from .session_deletion import owned_rows as owned_rows
@@ -85,15 +85,12 @@ def _filtered(query: Select[Any], filters: Mapping[str, object], dialect: str) -
     return query
 
 
-class SessionRepository(SessionDeletion, SessionGenerations, SessionUsage):
+class SessionRepository(SessionDeletion, SessionGenerations, SessionUsage, Repository):
     """Statements on ``sessions``, on the connection of one unit of work; never commits
     (deletion and retention: ``session_deletion.py``; generation ids:
     ``session_generations.py``; the usage increment: ``session_usage.py``)."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def get(self, key: str, *, lock: Lock = None) -> SessionNode | None:
         dialect = self.conn.dialect.name

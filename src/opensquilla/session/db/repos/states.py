@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..sql import insert_for, lock_key
 from ..tables import sessions
 from ..types import JSONText
+from .repository import Repository
 
 # Not among the five tables: their own metadata, so export, import, retention and the drift
 # check (which compare the five) never see them, and a session row's upsert never writes the
@@ -76,6 +77,34 @@ def _stored(row: Any, session_id: str | None) -> StoredState | None:
     return StoredState(session_id, row.state, int(row.revision), int(row.updated_at))
 
 
+async def _write(
+    conn: AsyncConnection,
+    table: Table,
+    key: dict[str, str],
+    values: dict[str, Any],
+    stored_revision: int | None,
+) -> bool:
+    """The compare-and-set write of ``table``'s row of primary key ``key`` (column: value):
+    a new row when ``stored_revision`` is ``None`` (nothing when there is one), else the
+    row while it is still at ``stored_revision``. ``False``: nothing written."""
+    if stored_revision is None:
+        stmt = insert_for(conn.dialect, table).on_conflict_do_nothing(
+            index_elements=[table.c[name] for name in key]
+        )
+        result = await conn.execute(stmt, {**key, **values})
+    else:
+        stmt = (
+            update(table)
+            .where(
+                *(table.c[name] == value for name, value in key.items()),
+                table.c.revision == stored_revision,
+            )
+            .values(**values)
+        )
+        result = await conn.execute(stmt)
+    return bool(result.rowcount)
+
+
 @functools.cache
 def _session_and_state(dialect_name: str, locked: bool) -> Select[Any]:
     """The session's current generation and its key's state row, one statement (a key's
@@ -102,14 +131,11 @@ def _session_and_state(dialect_name: str, locked: bool) -> Select[Any]:
     return query
 
 
-class SessionStateRepository:
+class SessionStateRepository(Repository):
     """Statements on ``session_states`` (``tx.session_states``), on one unit of work's
     connection; never commits. Not ``tx.states``, the context states."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def read(
         self, session_key: str, *, for_update: bool = False
@@ -147,22 +173,8 @@ class SessionStateRepository:
             "revision": revision,
             "updated_at": now,
         }
-        if stored_revision is None:
-            stmt = insert_for(self.conn.dialect, session_states).on_conflict_do_nothing(
-                index_elements=[session_states.c.session_key]
-            )
-            result = await self.conn.execute(stmt, {"session_key": session_key, **values})
-        else:
-            stmt = (
-                update(session_states)
-                .where(
-                    session_states.c.session_key == session_key,
-                    session_states.c.revision == stored_revision,
-                )
-                .values(**values)
-            )
-            result = await self.conn.execute(stmt)
-        return bool(result.rowcount)
+        key = {"session_key": session_key}
+        return await _write(self.conn, session_states, key, values, stored_revision)
 
     async def restart(
         self, session_key: str, *, old_session_id: str, new_session_id: str, now: int
@@ -223,14 +235,11 @@ class SessionStateRepository:
         return int((await self.conn.execute(stmt)).rowcount)
 
 
-class ScopeStateRepository:
+class ScopeStateRepository(Repository):
     """Statements on ``scope_states`` (``tx.scope_states``), on one unit of work's
     connection; never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def read(
         self, scope: str, scope_id: str, *, for_update: bool = False
@@ -256,21 +265,6 @@ class ScopeStateRepository:
         stored_revision: int | None,
     ) -> bool:
         """As :meth:`SessionStateRepository.write`, for a scope's row."""
+        key = {"scope": scope, "scope_id": scope_id}
         values = {"state": state, "revision": revision, "updated_at": now}
-        if stored_revision is None:
-            stmt = insert_for(self.conn.dialect, scope_states).on_conflict_do_nothing(
-                index_elements=[scope_states.c.scope, scope_states.c.scope_id]
-            )
-            result = await self.conn.execute(stmt, {"scope": scope, "scope_id": scope_id, **values})
-        else:
-            stmt = (
-                update(scope_states)
-                .where(
-                    scope_states.c.scope == scope,
-                    scope_states.c.scope_id == scope_id,
-                    scope_states.c.revision == stored_revision,
-                )
-                .values(**values)
-            )
-            result = await self.conn.execute(stmt)
-        return bool(result.rowcount)
+        return await _write(self.conn, scope_states, key, values, stored_revision)

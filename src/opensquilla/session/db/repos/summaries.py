@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, literal, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Select, bindparam, func, select, update
 
 from ...models import SessionSummary
 from ..routing import cross_session
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
-from ..sql import lock_key
+from ..sql import copy_rows, lock_key
 from ..tables import session_summaries as summaries
+from .repository import Repository
 
 ORDER = (summaries.c.compaction_index.asc(), summaries.c.id.asc())
 DEGRADED_STATUSES = ("degraded_forensic", "failed_retryable")
@@ -26,13 +26,10 @@ def _next_index(session_key: str, session_id: str) -> Any:
     )
 
 
-class SummaryRepository:
+class SummaryRepository(Repository):
     """Statements on ``session_summaries``, on one unit of work's connection; never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def insert(self, summary: SessionSummary) -> tuple[int, int]:
         """Insert with ``compaction_index`` = max + 1 for the session, inside this transaction.
@@ -81,7 +78,6 @@ class SummaryRepository:
     ) -> int:
         """Copy every summary, metadata intact, re-indexed from 0 in the original order."""
         await lock_key(self.conn, target_session_id)
-        names = [c.name for c in summaries.columns if c.name != "id"]
         base = (
             select(func.coalesce(func.max(summaries.c.compaction_index), -1).label("base"))
             .where(
@@ -91,22 +87,16 @@ class SummaryRepository:
             .scalar_subquery()
         )
         position = func.row_number().over(order_by=list(ORDER))
-        values: list[Any] = []
-        for name in names:
-            column = summaries.c[name]
-            if name == "session_id":
-                values.append(literal(target_session_id, type_=column.type))
-            elif name == "session_key":
-                values.append(literal(target_session_key, type_=column.type))
-            elif name == "compaction_index":
-                values.append(base + position)
-            else:
-                values.append(column)
-        source = select(*values).where(
-            summaries.c.session_key == source_session_key,
-            summaries.c.session_id == source_session_id,
+        stmt = copy_rows(
+            summaries,
+            summaries.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+            computed={"compaction_index": base + position},
+            where=(
+                summaries.c.session_key == source_session_key,
+                summaries.c.session_id == source_session_id,
+            ),
         )
-        stmt = summaries.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def list_degraded(self, *, key_prefix: str | None, limit: int) -> list[SessionSummary]:

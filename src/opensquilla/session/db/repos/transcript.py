@@ -17,11 +17,9 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    literal,
     select,
     tuple_,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import (
     CompactedTranscriptEntry,
@@ -36,13 +34,11 @@ from ..rows import (
     to_models,
     values_of,
 )
-from ..sql import new_uuid
+from ..sql import copy_rows, new_uuid
 from ..tables import compacted_transcript_entries as archive
 from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
-from .fenced_append import (
-    INSERT_COLUMNS,
-)
+from .repository import Repository
 from .transcript_batches import TranscriptBatches
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 from .transcript_writes import TranscriptWrites
@@ -77,13 +73,10 @@ def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     )
 
 
-class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads):
+class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads, Repository):
     """The live transcript and the compacted archive; bound to one connection, never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def list_live(
         self, session_id: str, *, session_key: str, limit: int | None = None, offset: int = 0
@@ -223,18 +216,13 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
                 .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
                 .subquery("source")
             )
-        values: list[Any] = []
-        for column in INSERT_COLUMNS:
-            if column.name == "session_id":
-                values.append(literal(target_session_id, type_=column.type))
-            elif column.name == "session_key":
-                values.append(literal(target_session_key, type_=column.type))
-            elif column.name == "message_id":
-                values.append(new_uuid(self.conn.dialect))
-            else:
-                values.append(rows.c[column.name])
-        source = select(*values).order_by(rows.c.created_at.asc(), rows.c.id.asc())
-        stmt = live.insert().from_select([c.name for c in INSERT_COLUMNS], source)
+        stmt = copy_rows(
+            live,
+            rows.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+            computed={"message_id": new_uuid(self.conn.dialect)},
+            order_by=(rows.c.created_at.asc(), rows.c.id.asc()),
+        )
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def copy_archive_to_session(
@@ -247,24 +235,16 @@ class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads)
     ) -> int:
         """Copy the whole compacted archive; every column but the owner and row id is kept
         (the source read by its key)."""
-        names = [c.name for c in archive.columns if c.name != "id"]
-        values: list[Any] = []
-        for name in names:
-            if name == "session_id":
-                values.append(literal(target_session_id, type_=archive.c.session_id.type))
-            elif name == "session_key":
-                values.append(literal(target_session_key, type_=archive.c.session_key.type))
-            else:
-                values.append(archive.c[name])
-        source = (
-            select(*values)
-            .where(
+        stmt = copy_rows(
+            archive,
+            archive.c,
+            given={"session_id": target_session_id, "session_key": target_session_key},
+            where=(
                 archive.c.session_key == source_session_key,
                 archive.c.session_id == source_session_id,
-            )
-            .order_by(archive.c.id.asc())
+            ),
+            order_by=(archive.c.id.asc(),),
         )
-        stmt = archive.insert().from_select(names, source)
         return int((await self.conn.execute(stmt)).rowcount)
 
     async def insert_archive_rows(self, rows: Sequence[CompactedTranscriptEntry]) -> None:

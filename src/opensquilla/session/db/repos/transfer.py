@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, Select, Table, Text, func, select
 from sqlalchemy.dialects.postgresql import REGCLASS
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from ...models.reports import ColumnKind, SessionRows, TableLayout
@@ -22,6 +21,7 @@ from ..sql import chunks, is_postgres
 from ..tables import CHILD_TABLES, sessions
 from ..tables import TABLES as _ALL
 from ..types import JSONText
+from .repository import Repository
 from .sessions import insert_if_absent
 
 TABLES: dict[str, Table] = {table.name: table for table in _ALL}
@@ -71,13 +71,10 @@ def _advance_statement(table_names: tuple[str, ...]) -> Select[Any]:
 _LOOKUP_CHUNK = 2000
 
 
-class TransferRepository:
+class TransferRepository(Repository):
     """Whole sessions as raw rows (export, import, copy); bound to one connection, never commits."""
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    __slots__ = ()
 
     async def all_session_keys(self) -> list[str]:
         return list((await self.conn.execute(select(sessions.c.session_key))).scalars())
