@@ -13,7 +13,7 @@ for the summariser's input is sized in ``tool_payload.py``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 #: The optional keys of a replayed message, in the order a model request carries them.
@@ -58,13 +58,28 @@ def estimate_entry_model_replay_tokens(entry: Mapping[str, Any]) -> int:
     :func:`content_tokens` plus the full tool-call JSON, the tool-call id and the raw
     reasoning, so neither an under-reported count nor a summarised preview can hide a large
     tool payload. Every budget, cut and skip decision uses it."""
-    extras: list[str] = []
-    if entry.get("tool_calls"):
-        extras.append(stable_json(entry["tool_calls"]))
-    if entry.get("tool_call_id"):
-        extras.append(str(entry["tool_call_id"]))
-    if entry.get("reasoning_content"):
-        extras.append(str(entry["reasoning_content"]))
+    return sized_with_extras(entry, stable_json, str)
+
+
+def sized_with_extras(
+    entry: Mapping[str, Any],
+    tool_calls: Callable[[Any], str],
+    reasoning: Callable[[str], str],
+) -> int:
+    """:func:`content_tokens` plus the estimate of the entry's set :data:`REPLAY_KEYS` as
+    text, joined by newlines: ``tool_calls`` and the reasoning (as a string) each through
+    its rendering, the tool-call id as a string. Both entry sizes are this, rendered their
+    way."""
+    renderings: tuple[Callable[[Any], str], ...] = (
+        tool_calls,
+        str,
+        lambda value: reasoning(str(value)),
+    )
+    extras = [
+        render(entry[key])
+        for key, render in zip(REPLAY_KEYS, renderings, strict=True)
+        if entry.get(key)
+    ]
     return content_tokens(entry) + joined_tokens(extras)
 
 

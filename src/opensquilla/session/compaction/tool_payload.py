@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .tokens import content_tokens, joined_tokens, stable_json
+from .tokens import sized_with_extras, stable_json
 from .tools import call_name, item_call_id
 
 LONG_VALUE_CHARS = 240
@@ -89,11 +89,4 @@ def estimate_entry_replay_tokens(entry: Mapping[str, Any]) -> int:
     """The size of ``entry`` as the compaction input describes it: the content part (as
     ``tokens.content_tokens``) plus the estimate of the tool-call description, the tool-call
     id and the reasoning line, joined by newlines."""
-    extras: list[str] = []
-    if entry.get("tool_calls"):
-        extras.append(summarize_tool_calls(entry["tool_calls"]))
-    if entry.get("tool_call_id"):
-        extras.append(str(entry["tool_call_id"]))
-    if entry.get("reasoning_content"):
-        extras.append(reasoning_line(str(entry["reasoning_content"])))
-    return content_tokens(entry) + joined_tokens(extras)
+    return sized_with_extras(entry, summarize_tool_calls, reasoning_line)

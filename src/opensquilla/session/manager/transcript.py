@@ -148,20 +148,23 @@ class TranscriptCalls:
         self, session_key: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         """The live transcript of the current generation, in order."""
-        key = canonicalize_session_key(session_key)
-        check_page(limit, offset)
-        return await transcript.rows(
-            self._storage.uow, self._generations, key, limit, offset, canonical=False
-        )
+        return await self._rows(session_key, limit, offset, canonical=False)
 
     async def get_canonical_transcript(
         self, session_key: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         """Everything the current generation said: compacted archive plus live rows."""
+        return await self._rows(session_key, limit, offset, canonical=True)
+
+    async def _rows(
+        self, session_key: str, limit: int | None, offset: int, *, canonical: bool
+    ) -> list[TranscriptEntry]:
+        """What both transcript listings run: their checks, then the use case."""
         key = canonicalize_session_key(session_key)
         check_page(limit, offset)
+        uow = self._storage.uow
         return await transcript.rows(
-            self._storage.uow, self._generations, key, limit, offset, canonical=True
+            uow, self._generations, key, limit, offset, canonical=canonical
         )
 
     async def get_canonical_transcript_page(

@@ -127,14 +127,14 @@ class HistoryRowOperations(StorageLifecycle):
     ) -> list[TranscriptEntry]:
         """Live rows of one generation, ``ORDER BY created_at ASC, id ASC``, paginated."""
         check_page(limit, offset)
-        return await reads.live_rows(self.uow, session_id, limit, offset)
+        return await reads.rows(self.uow, session_id, limit, offset, canonical=False)
 
     async def get_canonical_transcript(
         self, session_id: str, limit: int | None = None, offset: int = 0
     ) -> list[TranscriptEntry]:
         """Compacted archive plus live rows, in transcript order, paginated."""
         check_page(limit, offset)
-        return await reads.canonical_rows(self.uow, session_id, limit, offset)
+        return await reads.rows(self.uow, session_id, limit, offset, canonical=True)
 
     async def get_canonical_transcript_page(
         self,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from time import monotonic
 
 from ..db.repos import fenced_append, transcript_batches
 from ..db.uow import UnitOfWork
@@ -22,7 +21,7 @@ from ..models import INT64_MAX, TranscriptEntry
 from ..models.messages import CheckedMessage, first_unencodable
 from ..support.clock import now_ms
 from .appends import raise_stale
-from .transcript import PLAIN_APPEND_RETRY_SECONDS, Transcripts
+from .transcript import Transcripts, after_reset
 
 # A pop that lost its row to a concurrent pop tries again (each try: one statement).
 POP_TRIES = 1000
@@ -68,15 +67,7 @@ async def append_messages(
         try:
             await _write(uow, entries, ids, expected_epoch=epoch, token_delta=delta)
         except StaleEpochError as exc:
-            generations.forget(key)
-            if deadline is None:
-                deadline = monotonic() + PLAIN_APPEND_RETRY_SECONDS
-            elif monotonic() >= deadline:
-                raise StaleEpochError(
-                    f"append_messages to {key} met a reset on every try for "
-                    f"{PLAIN_APPEND_RETRY_SECONDS:g} s; nothing was written ({exc})"
-                ) from exc
-            await asyncio.sleep(0)
+            deadline = await after_reset(generations, key, deadline, exc, "append_messages")
             continue
         break
     await transcripts.notify_memory_sync_size(

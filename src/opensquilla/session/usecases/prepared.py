@@ -20,6 +20,7 @@ from ..errors import (
 )
 from ..keys import CanonicalKey
 from ..models import (
+    PreparedAction,
     PreparedSessionIntent,
     SessionIntent,
     SessionNode,
@@ -40,6 +41,25 @@ def reset_node(stored: SessionNode, now: int) -> SessionNode:
     return SessionNode(**{**stored.model_dump(), **values})
 
 
+def _plan(
+    action: PreparedAction,
+    node: SessionNode,
+    previous: SessionNode | None = None,
+    copies: tuple[TranscriptEntry, ...] = (),
+) -> PreparedSessionIntent:
+    """The plan of ``action`` writing ``node``: its appends fenced to ``node.epoch``, after
+    ``previous`` (the generation a reset replaces, the parent a fork copies ``copies``
+    from)."""
+    return PreparedSessionIntent(
+        node=node,
+        action=action,
+        expected_epoch=node.epoch,
+        previous_session_id=None if previous is None else previous.session_id,
+        previous_node=previous,
+        initial_transcript_entries=copies,
+    )
+
+
 async def prepare_intent(
     uow: UnitOfWork, resolved: SessionIntent, created: SessionNode
 ) -> PreparedSessionIntent:
@@ -51,19 +71,12 @@ async def prepare_intent(
     async with uow.read() as tx:
         stored = await tx.sessions.get(created.session_key)
     if stored is None:
-        return PreparedSessionIntent(node=created, action="create", expected_epoch=created.epoch)
+        return _plan("create", created)
     if resolved is SessionIntent.NEW_CHAT:
         raise SessionKeyConflictError(f"session_key conflict: {stored.session_key}")
     if resolved is SessionIntent.RESET_SAME_KEY:
-        renewed = reset_node(stored, now_ms())
-        return PreparedSessionIntent(
-            node=renewed,
-            action="reset",
-            expected_epoch=renewed.epoch,
-            previous_session_id=stored.session_id,
-            previous_node=stored,
-        )
-    return PreparedSessionIntent(node=stored, action="continue", expected_epoch=stored.epoch)
+        return _plan("reset", reset_node(stored, now_ms()), stored)
+    return _plan("continue", stored)
 
 
 async def prepare_prefix_branch(
@@ -103,11 +116,4 @@ async def prepare_prefix_branch(
         for entry in canonical
         if (entry.created_at, entry.id or 0) < position
     )
-    return PreparedSessionIntent(
-        node=child,
-        action="fork",
-        expected_epoch=child.epoch,
-        previous_session_id=parent.session_id,
-        previous_node=parent,
-        initial_transcript_entries=copies,
-    )
+    return _plan("fork", child, parent, copies)

@@ -101,30 +101,17 @@ async def owner_key(tx: Transaction, session_id: str) -> str | None:
     return key if key is not None else await tx.transcript.owner_key(session_id)
 
 
-async def live_rows(
-    uow: UnitOfWork, session_id: str, limit: int | None, offset: int
+async def rows(
+    uow: UnitOfWork, session_id: str, limit: int | None, offset: int, *, canonical: bool
 ) -> list[TranscriptEntry]:
-    """Live rows of one generation, ``ORDER BY created_at ASC, id ASC``, paginated."""
+    """Live rows of one generation (``canonical``: compacted archive plus live rows), in
+    transcript order (``created_at``, then ``id``), paginated."""
     async with uow.read() as tx:
         key = await owner_key(tx, session_id)
         if key is None:
             return []
-        return await tx.transcript.list_live(
-            session_id, session_key=key, limit=limit, offset=offset
-        )
-
-
-async def canonical_rows(
-    uow: UnitOfWork, session_id: str, limit: int | None, offset: int
-) -> list[TranscriptEntry]:
-    """Compacted archive plus live rows, in transcript order, paginated."""
-    async with uow.read() as tx:
-        key = await owner_key(tx, session_id)
-        if key is None:
-            return []
-        return await tx.transcript.list_canonical(
-            session_id, session_key=key, limit=limit, offset=offset
-        )
+        listing = tx.transcript.list_canonical if canonical else tx.transcript.list_live
+        return await listing(session_id, session_key=key, limit=limit, offset=offset)
 
 
 async def live_count(uow: UnitOfWork, session_id: str) -> int:

@@ -12,6 +12,8 @@ read in that older generation fails; a reset records its new, empty state itself
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from ..db.repos.states import StoredState
 from ..db.uow import UnitOfWork
 from ..errors import InvalidInputError, SessionNotFoundError, StaleStateError
@@ -39,14 +41,39 @@ def _visible(stored: StoredState | None, session_id: str | None) -> StoredState:
     return stored
 
 
-def _updated_at(visible: StoredState) -> int | None:
-    return visible.updated_at or None
+class _Shown(TypedDict):
+    """The fields of a read's :class:`SessionState` or :class:`ScopeState` that the stored
+    row gives (``updated_at`` ``None`` before the first update)."""
+
+    state: dict[str, object]
+    revision: int
+    updated_at: int | None
 
 
-def _next(visible: StoredState, change: StateChange, target: str) -> tuple[dict[str, object], int]:
-    """The state and revision an update writes over ``visible``, after its checks:
-    ``StaleStateError`` when the compare-and-set fails; the merged state no larger than
-    :data:`MAX_STATE_BYTES`."""
+def _shown(stored: StoredState | None, session_id: str | None) -> _Shown:
+    visible = _visible(stored, session_id)
+    return _Shown(
+        state=visible.state, revision=visible.revision, updated_at=visible.updated_at or None
+    )
+
+
+class _StateWrite(TypedDict):
+    """The keywords an update passes to either state repository's ``write``: the merged
+    state, its revision, the time, and the revision the compare-and-set expects stored."""
+
+    state: dict[str, object]
+    revision: int
+    now: int
+    stored_revision: int | None
+
+
+def _next(
+    stored: StoredState | None, session_id: str | None, change: StateChange, target: str
+) -> _StateWrite:
+    """The write of an update over ``stored`` as generation ``session_id`` sees it
+    (:func:`_visible`), after its checks: ``StaleStateError`` when the compare-and-set
+    fails; the merged state no larger than :data:`MAX_STATE_BYTES`."""
+    visible = _visible(stored, session_id)
     expected = change.expected_revision
     if expected is not None and expected != visible.revision:
         raise StaleStateError(target, expected, visible.revision)
@@ -56,7 +83,12 @@ def _next(visible: StoredState, change: StateChange, target: str) -> tuple[dict[
             f"the state of {target} would be larger than {MAX_STATE_BYTES} bytes as JSON; "
             "nothing was written"
         )
-    return merged, visible.revision + 1
+    return _StateWrite(
+        state=merged,
+        revision=visible.revision + 1,
+        now=now_ms(),
+        stored_revision=None if stored is None else stored.revision,
+    )
 
 
 def _lost_race(target: str) -> AssertionError:
@@ -72,14 +104,7 @@ async def get_state(uow: UnitOfWork, key: CanonicalKey) -> SessionState:
     if found is None:
         raise SessionNotFoundError(f"Session not found: {key}")
     session_id, stored = found
-    visible = _visible(stored, session_id)
-    return SessionState(
-        session_key=key,
-        session_id=session_id,
-        state=visible.state,
-        revision=visible.revision,
-        updated_at=_updated_at(visible),
-    )
+    return SessionState(session_key=key, session_id=session_id, **_shown(stored, session_id))
 
 
 async def update_state(uow: UnitOfWork, key: CanonicalKey, change: StateChange) -> int:
@@ -92,32 +117,18 @@ async def update_state(uow: UnitOfWork, key: CanonicalKey, change: StateChange) 
         if found is None:
             raise SessionNotFoundError(f"Session not found: {key}; nothing was written")
         session_id, stored = found
-        state, revision = _next(_visible(stored, session_id), change, target)
-        written = await tx.session_states.write(
-            key,
-            session_id=session_id,
-            state=state,
-            revision=revision,
-            now=now_ms(),
-            stored_revision=None if stored is None else stored.revision,
-        )
-        if not written:
+        write = _next(stored, session_id, change, target)
+        if not await tx.session_states.write(key, session_id=session_id, **write):
             raise _lost_race(target)
-    return revision
+    return write["revision"]
 
 
 async def get_scope_state(uow: UnitOfWork, scope: StateScope, scope_id: str) -> ScopeState:
     """The state of ``(scope, scope_id)`` (one statement): empty at revision 0 until the
     first update."""
     async with uow.read() as tx:
-        visible = _visible(await tx.scope_states.read(scope, scope_id), None)
-    return ScopeState(
-        scope=scope,
-        scope_id=scope_id,
-        state=visible.state,
-        revision=visible.revision,
-        updated_at=_updated_at(visible),
-    )
+        stored = await tx.scope_states.read(scope, scope_id)
+    return ScopeState(scope=scope, scope_id=scope_id, **_shown(stored, None))
 
 
 async def update_scope_state(
@@ -128,15 +139,7 @@ async def update_scope_state(
     target = scope_label(scope, scope_id)
     async with uow.write() as tx:
         stored = await tx.scope_states.read(scope, scope_id, for_update=True)
-        state, revision = _next(_visible(stored, None), change, target)
-        written = await tx.scope_states.write(
-            scope,
-            scope_id,
-            state=state,
-            revision=revision,
-            now=now_ms(),
-            stored_revision=None if stored is None else stored.revision,
-        )
-        if not written:
+        write = _next(stored, None, change, target)
+        if not await tx.scope_states.write(scope, scope_id, **write):
             raise _lost_race(target)
-    return revision
+    return write["revision"]

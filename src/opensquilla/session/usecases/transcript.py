@@ -38,6 +38,29 @@ MemorySyncNotify = Callable[[int], Awaitable[None] | None]
 PLAIN_APPEND_RETRY_SECONDS = 10.0
 
 
+async def after_reset(
+    generations: GenerationCache,
+    key: CanonicalKey,
+    deadline: float | None,
+    exc: StaleEpochError,
+    operation: str,
+) -> float:
+    """A plain append's next try after it met a reset (``exc``): the generation forgotten
+    (the next try reads the row again), the deadline of its tries (set at the first), a
+    turn for the resets' own tasks; past the deadline, the ``StaleEpochError`` that ends
+    ``operation``'s tries instead."""
+    generations.forget(key)
+    if deadline is None:
+        deadline = monotonic() + PLAIN_APPEND_RETRY_SECONDS
+    elif monotonic() >= deadline:
+        raise StaleEpochError(
+            f"{operation} to {key} met a reset on every try for "
+            f"{PLAIN_APPEND_RETRY_SECONDS:g} s; nothing was written ({exc})"
+        ) from exc
+    await asyncio.sleep(0)  # let the resets' own tasks run between tries
+    return deadline
+
+
 class Transcripts:
     """Appending to the live transcript: the manager's append options (the time prefix,
     the memory-sync callback) and the generation cache."""
@@ -107,15 +130,7 @@ class Transcripts:
                 # reset committed between our read and our write, so read the row again and
                 # write to its generation; through a storm of resets, for up to
                 # PLAIN_APPEND_RETRY_SECONDS (docs/semantics.md#fencing).
-                self._generations.forget(key)
-                if deadline is None:
-                    deadline = monotonic() + PLAIN_APPEND_RETRY_SECONDS
-                elif monotonic() >= deadline:
-                    raise StaleEpochError(
-                        f"append to {key} met a reset on every try for "
-                        f"{PLAIN_APPEND_RETRY_SECONDS:g} s; nothing was written ({exc})"
-                    ) from exc
-                await asyncio.sleep(0)  # let the resets' own tasks run between tries
+                deadline = await after_reset(self._generations, key, deadline, exc, "append")
                 continue
             break
         await self.notify_memory_sync(entry)
@@ -160,11 +175,8 @@ async def rows(
     :meth:`SessionStorage.get_transcript`'s."""
     async with uow.read() as tx:
         node = generations.found(key, await tx.sessions.get(key))
-        if canonical:
-            return await tx.transcript.list_canonical(
-                node.session_id, session_key=node.session_key, limit=limit, offset=offset
-            )
-        return await tx.transcript.list_live(
+        listing = tx.transcript.list_canonical if canonical else tx.transcript.list_live
+        return await listing(
             node.session_id, session_key=node.session_key, limit=limit, offset=offset
         )
 

@@ -30,19 +30,21 @@ def flush_status(value: str | None) -> str:
     return DEGRADED if value == "unsafe" else value
 
 
-def check_compaction_options(
-    compaction_id: object, trigger_reason: object, flush_receipt_status: object
-) -> None:
-    """The options both compaction paths store: refused before anything is read.
+def check_compaction_options(options: PersistOptions) -> None:
+    """The options both compaction paths store (:class:`PersistOptions`): refused before
+    anything is read.
 
     ``compaction_id`` is stored in the compacted archive too, where it is plain indexed
     text: an identifier (no NUL) of bounded length.
     """
     check_optional_text(
-        "compaction_id", compaction_id, identifier=True, max_length=COMPACTION_ID_MAX_LENGTH
+        "compaction_id",
+        options.get("compaction_id"),
+        identifier=True,
+        max_length=COMPACTION_ID_MAX_LENGTH,
     )
-    check_optional_text("trigger_reason", trigger_reason)
-    check_optional_text("flush_receipt_status", flush_receipt_status)
+    check_optional_text("trigger_reason", options.get("trigger_reason"))
+    check_optional_text("flush_receipt_status", options.get("flush_receipt_status"))
 
 
 def check_room_for_compaction(node: SessionNode) -> None:
@@ -143,11 +145,7 @@ def check_compaction_call(
         normalize_instructions(custom_instructions)  # type: ignore[arg-type]
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from exc
-    check_compaction_options(
-        options.get("compaction_id"),
-        options.get("trigger_reason"),
-        options.get("flush_receipt_status"),
-    )
+    check_compaction_options(options)
     boundary = options.get("protected_boundary_message_id")
     check_optional_text("protected_boundary_message_id", boundary, identifier=True)
     mutation_context = options.get("mutation_context")

@@ -86,14 +86,6 @@ def _reuses_row(row: TranscriptEntry, wanted: TranscriptEntry, match_kept: str) 
     return wanted.tool_calls is None or (wanted.tool_calls or None) == (row.tool_calls or None)
 
 
-def _check_options(options: PersistOptions) -> None:
-    check_compaction_options(
-        options.get("compaction_id"),
-        options.get("trigger_reason"),
-        options.get("flush_receipt_status"),
-    )
-
-
 def check_persist_call(
     summary: object, kept_entries: object, options: PersistSourceOptions
 ) -> PersistSourceOptions:
@@ -116,7 +108,7 @@ def check_persist_call(
         boundary_entry_id = options.get("source_boundary_entry_id")
         if boundary_entry_id is not None:
             check_integer("source_boundary_entry_id", boundary_entry_id, minimum=-(2**63))
-        _check_options(options)
+        check_compaction_options(options)
         return {**options, "source_entries": entries}
     for name in SOURCE_ONLY_OPTIONS:
         if options.get(name) is not None:
@@ -131,7 +123,7 @@ def check_persist_call(
     ):
         check_optional_text(f"kept_entries[{position}].role", wanted.get("role"), identifier=True)
         check_optional_text(f"kept_entries[{position}].content", wanted.get("content"))
-    _check_options(options)
+    check_compaction_options(options)
     return {**options, "match_kept": match_kept}
 
 
