@@ -14,7 +14,7 @@ from typing import Any
 
 from ..db.uow import Transaction, UnitOfWork
 from ..keys import CanonicalKey
-from ..models import TranscriptEntry
+from ..models import TranscriptEntry, TranscriptLines
 from .generations import GenerationCache
 
 # -- by session key (the manager's) ---------------------------------------------------
@@ -29,6 +29,30 @@ async def recent_transcript(
         if not n:
             return []
         return await tx.transcript.live_tail(node.session_id, n, session_key=node.session_key)
+
+
+async def transcript_lines(
+    uow: UnitOfWork,
+    generations: GenerationCache,
+    key: CanonicalKey,
+    limit: int | None,
+    summary: bool,
+) -> TranscriptLines:
+    """The live rows of the current generation as lines (the newest ``limit`` when given),
+    oldest first, and with ``summary`` its latest summary: the session row, the rows and the
+    summary from one snapshot (without ``summary``, two statements each consistent alone,
+    as :func:`transcript.rows`)."""
+    async with uow.snapshot() if summary else uow.read() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        lines = []
+        if limit != 0:
+            lines = await tx.transcript.live_lines(
+                node.session_id, session_key=node.session_key, limit=limit
+            )
+        latest = None
+        if summary:
+            latest = await tx.summaries.latest(node.session_id, session_key=node.session_key)
+    return TranscriptLines(lines, latest)
 
 
 async def canonical_entry(

@@ -44,6 +44,7 @@ from .fenced_append import (
     INSERT_COLUMNS,
 )
 from .transcript_batches import TranscriptBatches
+from .transcript_lines import TranscriptLineReads
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 from .transcript_writes import TranscriptWrites
 
@@ -77,7 +78,9 @@ def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     )
 
 
-class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads):
+class TranscriptRepository(
+    TranscriptBatches, TranscriptWrites, TranscriptReads, TranscriptLineReads
+):
     """The live transcript and the compacted archive; bound to one connection, never commits."""
 
     __slots__ = ("conn",)
