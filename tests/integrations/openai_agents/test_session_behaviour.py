@@ -12,6 +12,7 @@ import pytest
 from agents.memory import SessionSettings
 
 from opensquilla.session import InvalidInputError, SessionManager, SessionStorage
+from opensquilla.session.db.repos.transcript import TranscriptRepository
 from opensquilla.session.integrations.openai_agents import ITEM_KEY, OpenSquillaSession
 
 from .items_catalog import ITEMS
@@ -235,23 +236,29 @@ def test_bad_options_are_refused() -> None:
         OpenSquillaSession("x", 42)  # type: ignore[arg-type]
 
 
-async def test_a_compaction_between_the_two_reads_is_seen_whole(storage: SessionStorage) -> None:
-    """``get_items`` reads the rows, then the summary: a compaction that commits between
-    them makes it read the rows again, so no folded item shows beside its summary."""
+async def test_a_compaction_between_the_two_reads_is_seen_whole(
+    storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_items`` reads the rows, then the summary, in one snapshot: a compaction that
+    commits between the two statements is not seen at all (every item, no summary), and
+    the next read sees it whole (the summary and the items it left)."""
     session = OpenSquillaSession("s-6", storage, summarizer=RememberingSummarizer())
-    for i in range(10):
-        await session.add_items([{"role": "user", "content": f"remember w{i}{PADDING}"}])
-    manager = await session.manager()
-    latest = manager.get_latest_summary
+    items_in = [{"role": "user", "content": f"remember w{i}{PADDING}"} for i in range(10)]
+    for item in items_in:
+        await session.add_items([item])
+    read_lines = TranscriptRepository.live_lines
     results = []
 
-    async def compaction_first(key: str) -> Any:
+    async def compaction_after_the_rows(self: Any, *args: Any, **kwargs: Any) -> Any:
+        lines = await read_lines(self, *args, **kwargs)
         if not results:
             results.append(await session.compact(300))
-        return await latest(key)
+        return lines
 
-    manager.get_latest_summary = compaction_first  # type: ignore[method-assign]
-    items = await session.get_items()
+    monkeypatch.setattr(TranscriptRepository, "live_lines", compaction_after_the_rows)
+    assert await session.get_items() == items_in
     assert results[0].removed_count > 0
+    items = await session.get_items()
     assert len(items) == 1 + 10 - results[0].removed_count
     assert items[0]["role"] == "system"
+    assert items[1:] == items_in[results[0].removed_count :]
