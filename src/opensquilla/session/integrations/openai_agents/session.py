@@ -3,8 +3,8 @@
 Each SDK item is one transcript entry (``items.py``) of the session key ``keys.py`` makes;
 every call is one call of the manager's public API: ``add_items`` one ``append_messages``
 (one fenced transaction), ``pop_item`` one ``pop_message``, ``get_items`` one transcript
-read (``get_transcript_lines``: the rows and the latest summary from one snapshot),
-``clear_session`` one ``delete`` or ``reset``.
+read (``get_transcript_lines``: the rows' items and the latest summary as of one moment;
+the rows' own fields too when one holds no item), ``clear_session`` one ``delete`` or ``reset``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ...compaction.summarizer import Summarizer
 from ...errors import SessionNotFoundError
 from ...keys import normalize_agent_id
 from ...manager import SessionManager
+from ...models import TranscriptLines
 from ...storage import SessionStorage
 from .._shared import ClosesOnExit, StorageLease
 from .items import to_item, to_message
@@ -124,24 +125,35 @@ class OpenSquillaSession(ClosesOnExit, SessionABC):
         if wanted == 0:
             return []
         try:
-            # One snapshot: a compaction committing meanwhile shows whole (its summary and
-            # the rows it left) or not at all.
-            read = await manager.get_transcript_lines(
-                self.session_key, wanted, summary=self.summary_role is not None
-            )
+            read = await self._lines(manager, wanted, metadata_only=True)
+            items = [item for line in read.lines if (item := to_item(line)) is not None]
+            if len(items) < len(read.lines):
+                # A row without an item (written by other code): read the rows' own fields.
+                read = await self._lines(manager, wanted, metadata_only=False)
+                items = [item for line in read.lines if (item := to_item(line)) is not None]
         except SessionNotFoundError:
             return []
-        lines, summary = read.lines, read.summary
-        items: list[Any] = []
+        summary = read.summary
         if (
             summary is not None
             and summary.summary_text
-            and (wanted is None or len(lines) < wanted)
+            and (wanted is None or len(read.lines) < wanted)
         ):
             text = format_compaction_summary_context([summary.summary_text])
-            items.append({"role": self.summary_role, "content": text})
-        items.extend(item for line in lines if (item := to_item(line)) is not None)
+            items.insert(0, {"role": self.summary_role, "content": text})
         return cast(list[TResponseInputItem], items)
+
+    async def _lines(
+        self, manager: SessionManager, wanted: int | None, *, metadata_only: bool
+    ) -> TranscriptLines:
+        """The rows and the latest summary as of one moment (a compaction committing
+        meanwhile shows whole, its summary and the rows it left, or not at all)."""
+        return await manager.get_transcript_lines(
+            self.session_key,
+            wanted,
+            summary=self.summary_role is not None,
+            metadata_only=metadata_only,
+        )
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in order, all or nothing, in one transaction (the session is
