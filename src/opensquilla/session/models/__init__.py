@@ -73,9 +73,9 @@ from .enums import (
 from .identity import AssistantMessageReservation
 from .intents import BranchOptions as BranchOptions
 from .intents import PreparedAction, PreparedSessionIntent
+from .lines import TranscriptLine, TranscriptLines
 from .listing import SessionListCursor, SessionListPage
 from .listing import SessionListFilter as SessionListFilter
-from .lines import TranscriptLine, TranscriptLines
 from .messages import CompactedTranscriptEntry, TranscriptEntry
 from .pages import (
     CANONICAL_FORK_PROOF_SCHEMA_VERSION,

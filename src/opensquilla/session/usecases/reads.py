@@ -14,7 +14,7 @@ from typing import Any
 
 from ..db.uow import Transaction, UnitOfWork
 from ..keys import CanonicalKey
-from ..models import TranscriptEntry, TranscriptLines
+from ..models import TranscriptEntry, TranscriptLine, TranscriptLines
 from .generations import GenerationCache
 
 # -- by session key (the manager's) ---------------------------------------------------
@@ -76,7 +76,8 @@ async def _of_one_moment(
 ) -> TranscriptLines | bool | None:
     """:func:`transcript_lines` without a snapshot: the lines and summary, ``None`` when
     the key has no session, ``False`` when a write raced the statements."""
-    lines, summary_id = [], None
+    lines: list[TranscriptLine] = []
+    summary_id: int | None = None
     if limit != 0:
         lines, summary_id = await tx.transcript.current_lines(
             key, limit=limit, metadata_only=metadata_only

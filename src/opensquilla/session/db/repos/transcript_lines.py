@@ -17,7 +17,16 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Select, bindparam, exists, null, select
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    ColumnElement,
+    Select,
+    bindparam,
+    exists,
+    null,
+    select,
+)
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -65,22 +74,12 @@ def _metadata_lines(
     rows: Iterable[Sequence[Any]], converters: dict[str, Callable[[Any], Any]]
 ) -> Any:
     """:func:`_lines` of rows of ``id``, ``metadata`` and the summary id alone: the other
-    fields ``None``."""
-    meta = converters.get("metadata")
+    fields ``None`` (``metadata`` always has its converter: it is JSON text)."""
+    meta = converters["metadata"]
     new, line = tuple.__new__, TranscriptLine
     return [
-        new(
-            line,
-            (
-                row_id,
-                None,
-                None,
-                None,
-                None,
-                metadata if metadata is None or meta is None else meta(metadata),
-            ),
-        )
-        for row_id, metadata, _ in rows
+        new(line, (row_id, None, None, None, None, None if value is None else meta(value)))
+        for row_id, value, _ in rows
     ]
 
 
@@ -96,9 +95,7 @@ def _latest_summary_id(session_key: Any, session_id: Any) -> Any:
 
 
 @functools.cache
-def _lines_query(
-    dialect_name: str, tail: bool, current: bool, metadata_only: bool
-) -> Select[Any]:
+def _lines_query(dialect_name: str, tail: bool, current: bool, metadata_only: bool) -> Select[Any]:
     """The statement of :meth:`TranscriptLineReads.live_lines` (``current=False``: binds
     ``session_key`` and ``session_id``) or of :meth:`TranscriptLineReads.current_lines`
     (binds ``session_key``: the generation is the key's current one). A seventh column is
@@ -106,7 +103,7 @@ def _lines_query(
     :meth:`~TranscriptLineReads.live_lines`'); ``tail`` binds ``tail_limit`` and reads
     newest first; ``metadata_only`` reads ``id`` and ``metadata`` alone. Built once per
     shape."""
-    key = bindparam("session_key")
+    key: BindParameter[str] = bindparam("session_key")
     by_name = {column.name: column for column in read_columns(live, dialect_name)}
     names = _METADATA_COLUMNS if metadata_only else LINE_COLUMNS
     columns: list[ColumnElement[Any]] = [by_name[name] for name in names]
@@ -129,7 +126,7 @@ def _lines_query(
 @functools.cache
 def _anchor_query() -> Select[Any]:
     """The statement of :meth:`TranscriptLineReads.current_anchor`; binds ``session_key``."""
-    key = bindparam("session_key")
+    key: BindParameter[str] = bindparam("session_key")
     generation = sessions.c.session_id
     has_rows = exists().where(live.c.session_key == key, live.c.session_id == generation)
     return select(
