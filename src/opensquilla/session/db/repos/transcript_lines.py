@@ -1,13 +1,15 @@
-"""The lean read of the live transcript: six columns of each row as a
-:class:`TranscriptLine` (``SessionManager.get_transcript_lines``, docs/reading.md).
+"""The lean read of the live transcript: six columns of each row (or two: ``id`` and
+``metadata``) as a :class:`TranscriptLine` (``SessionManager.get_transcript_lines``,
+docs/reading.md#transcript-lines).
 
 A framework integration keeps its own object whole in each entry's ``metadata`` and reads
 back little else; :meth:`.transcript.TranscriptRepository.list_live` reads, decodes and
 builds all twenty columns of every row into a record. This read leaves out the fourteen it
-never uses (a third of the driver's values, the JSON of ``turn_usage``/``turn_context``)
+never uses (the driver makes a value of each column of each row, which costs about the
+same whatever the column; the JSON of ``turn_usage``/``turn_context`` is decoded besides)
 and makes each row one named tuple. :meth:`TranscriptLineReads.current_lines` also finds
-the key's current generation and its latest summary's id in the same statement: the whole
-read is one statement, one snapshot. Mixed into :class:`.transcript.TranscriptRepository`,
+the key's current generation and its latest summary's id in the same statement, so that
+they agree with the rows. Mixed into :class:`.transcript.TranscriptRepository`,
 whose connection it uses.
 """
 
@@ -184,11 +186,11 @@ class TranscriptLineReads:
         converters = dict(driver_converters(TranscriptEntry, LINE_COLUMNS, dialect))
         if not set(converters) <= set(_CONVERTED):  # a column type changed: convert it here
             raise AssertionError(f"unexpected converters: {sorted(converters)}")
-        build = _metadata_lines if metadata_only else _lines
+        build, width = (_metadata_lines, 2) if metadata_only else (_lines, len(LINE_COLUMNS))
         try:
             with gc_paused():
                 rows = result.cursor.fetchall()
-                summary_id = rows[0][-1] if rows else None
+                summary_id = rows[0][width] if rows else None  # the column after the line's
                 lines: list[TranscriptLine] = build(rows, converters)
                 del rows  # freed now, not walked by the collection the pause put off
         finally:
