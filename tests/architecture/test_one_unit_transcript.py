@@ -117,6 +117,15 @@ MANAGER: dict[str, tuple[Call, int]] = {
     "iter_canonical_transcript": (_walk, 2),
     "count_transcript_entries": (lambda w: w.manager.count_transcript_entries(KEY), 1),
     "get_recent_transcript": (lambda w: w.manager.get_recent_transcript(KEY, 2), 1),
+    "get_transcript_lines": (lambda w: w.manager.get_transcript_lines(KEY), 1),
+    "get_transcript_lines[summary]": (
+        lambda w: w.manager.get_transcript_lines(KEY, 2, summary=True),
+        1,
+    ),
+    "get_transcript_lines[metadata_only]": (
+        lambda w: w.manager.get_transcript_lines(KEY, metadata_only=True, summary=True),
+        1,
+    ),
     "get_canonical_transcript_entry": (
         lambda w: w.manager.get_canonical_transcript_entry(KEY, w.entries[0].message_id),
         1,

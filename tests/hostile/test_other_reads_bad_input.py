@@ -73,6 +73,13 @@ async def test_transcript_reads_refuse_arguments_of_the_wrong_type(
         ("n", lambda: manager.get_recent_transcript(KEY, 1.0)),  # type: ignore[arg-type]
         ("n", lambda: manager.get_recent_transcript(KEY, True)),
         ("n", lambda: manager.get_recent_transcript(KEY, -1)),
+        ("limit", lambda: manager.get_transcript_lines(KEY, "3")),  # type: ignore[arg-type]
+        ("limit", lambda: manager.get_transcript_lines(KEY, -1)),
+        ("summary", lambda: manager.get_transcript_lines(KEY, summary=1)),  # type: ignore[arg-type]
+        (
+            "metadata_only",
+            lambda: manager.get_transcript_lines(KEY, metadata_only=None),  # type: ignore[arg-type]
+        ),
         ("n", lambda: storage.get_recent_transcript(sid, BEYOND_64_BITS)),
         ("session_id", lambda: storage.get_recent_transcript(5, 1)),  # type: ignore[arg-type]
         ("session_id", lambda: storage.get_recent_transcript("s\x00", 1)),

@@ -928,6 +928,7 @@ MANAGER_READS = {
     "preview_cap_entries",
     "list_sessions_page",
     "get_recent_transcript",
+    "get_transcript_lines",
     "get_canonical_transcript_entry",
     "read_transcript",
     "count_transcript_entries_batch",

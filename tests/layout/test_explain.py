@@ -82,6 +82,10 @@ OPERATIONS: dict[str, Callable[[SessionManager], Awaitable[Any]]] = {
     "transcript page": lambda m: m.get_canonical_transcript_page(KEY, limit=3),
     "context view": lambda m: m.get_context_view(KEY, max_tokens=10_000),
     "recent tail": lambda m: m.get_recent_transcript(KEY, 3),
+    "transcript lines": lambda m: m.get_transcript_lines(KEY, summary=True),
+    "transcript lines, metadata, tail": lambda m: m.get_transcript_lines(
+        KEY, 3, summary=True, metadata_only=True
+    ),
     "compaction": lambda m: m.persist_compaction_result(
         KEY, "summary", [{"role": "user", "content": "m5"}]
     ),

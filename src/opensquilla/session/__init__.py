@@ -46,6 +46,8 @@ from .models import (
     SessionSummary,
     StateScope,
     TranscriptEntry,
+    TranscriptLine,
+    TranscriptLines,
 )
 from .models.messages import AppendFields, MessageInput
 from .models.reports import ResetReport
@@ -109,6 +111,8 @@ __all__ = [
     "SyncSessionManager",
     "SyncSessionStorage",
     "TranscriptEntry",
+    "TranscriptLine",
+    "TranscriptLines",
     "__version__",
     "build_compaction_context_records",
     "build_openai_responses_input_items",

@@ -12,6 +12,7 @@ import pytest
 from agents.memory import SessionSettings
 
 from opensquilla.session import InvalidInputError, SessionManager, SessionStorage
+from opensquilla.session.db.repos.transcript import TranscriptRepository
 from opensquilla.session.integrations.openai_agents import ITEM_KEY, OpenSquillaSession
 
 from .items_catalog import ITEMS
@@ -179,6 +180,27 @@ async def test_rows_written_by_other_code_read_as_messages(
     ]
 
 
+async def test_rows_of_other_code_with_metadata_or_tool_calls_read_by_their_fields(
+    session: OpenSquillaSession, manager: SessionManager
+) -> None:
+    """A row whose metadata holds no item (its writer's own) reads as a message of its
+    fields, an assistant tool call of other code is left out, and the limit counts rows."""
+    await session.add_items(_turn(0))
+    call = {"id": "c8", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    await manager.append_messages(
+        session.session_key,
+        [
+            {"role": "assistant", "content": "note", "metadata": {"writer": "gateway"}},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+        ],
+    )
+    await session.add_items(_turn(1)[:1])
+    note = {"role": "assistant", "content": "note"}
+    assert await session.get_items() == [*_turn(0), note, _turn(1)[0]]
+    assert await session.get_items(limit=3) == [note, _turn(1)[0]]
+    assert await session.get_items(limit=1) == [_turn(1)[0]]
+
+
 async def test_after_a_compaction_the_summary_leads(storage: SessionStorage) -> None:
     session = OpenSquillaSession("s-4", storage, summarizer=RememberingSummarizer())
     turns = [
@@ -235,23 +257,29 @@ def test_bad_options_are_refused() -> None:
         OpenSquillaSession("x", 42)  # type: ignore[arg-type]
 
 
-async def test_a_compaction_between_the_two_reads_is_seen_whole(storage: SessionStorage) -> None:
-    """``get_items`` reads the rows, then the summary: a compaction that commits between
-    them makes it read the rows again, so no folded item shows beside its summary."""
+async def test_a_compaction_between_the_two_reads_is_seen_whole(
+    storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_items`` reads the rows and the summary as of one moment: a compaction that
+    commits just after the rows were read is not seen at all (every item, no summary), and
+    the next read sees it whole (the summary and the items it left)."""
     session = OpenSquillaSession("s-6", storage, summarizer=RememberingSummarizer())
-    for i in range(10):
-        await session.add_items([{"role": "user", "content": f"remember w{i}{PADDING}"}])
-    manager = await session.manager()
-    latest = manager.get_latest_summary
+    items_in = [{"role": "user", "content": f"remember w{i}{PADDING}"} for i in range(10)]
+    for item in items_in:
+        await session.add_items([item])
+    read_lines = TranscriptRepository.current_lines
     results = []
 
-    async def compaction_first(key: str) -> Any:
+    async def compaction_after_the_rows(self: Any, *args: Any, **kwargs: Any) -> Any:
+        lines = await read_lines(self, *args, **kwargs)
         if not results:
             results.append(await session.compact(300))
-        return await latest(key)
+        return lines
 
-    manager.get_latest_summary = compaction_first  # type: ignore[method-assign]
-    items = await session.get_items()
+    monkeypatch.setattr(TranscriptRepository, "current_lines", compaction_after_the_rows)
+    assert await session.get_items() == items_in
     assert results[0].removed_count > 0
+    items = await session.get_items()
     assert len(items) == 1 + 10 - results[0].removed_count
     assert items[0]["role"] == "system"
+    assert items[1:] == items_in[results[0].removed_count :]

@@ -19,6 +19,8 @@ from ..models import (
     Cursor,
     SessionNode,
     TranscriptEntry,
+    TranscriptLines,
+    check_flag,
     check_integer,
     check_optional_integer,
     check_page,
@@ -222,6 +224,35 @@ class TranscriptCalls:
         check_integer("n", n)
         key = canonicalize_session_key(session_key)
         return await reads.recent_transcript(self._storage.uow, self._generations, key, n)
+
+    async def get_transcript_lines(
+        self,
+        session_key: str,
+        limit: int | None = None,
+        *,
+        summary: bool = False,
+        metadata_only: bool = False,
+    ) -> TranscriptLines:
+        """The live transcript of the current generation, oldest first, each row a
+        :class:`TranscriptLine` (``id``, ``role``, ``content``, ``tool_calls``,
+        ``tool_call_id``, ``metadata``: the values its entry holds); with ``limit`` the
+        newest ``limit`` rows (as :meth:`get_recent_transcript`); ``metadata_only=True``:
+        only ``id`` and ``metadata`` are read, the other fields are ``None``.
+        ``summary=True`` adds the latest compaction summary (else ``None``) as of the same
+        moment as the rows: a compaction committing meanwhile is seen whole or not at all.
+
+        The read of a framework integration that keeps its own objects in ``metadata``:
+        six columns of each row (or two) instead of twenty, no record built per row, and
+        one statement in one unit of work (docs/reading.md#transcript-lines; a write that
+        commits between its statements makes it read again from one snapshot, a second
+        unit). ``SessionNotFoundError`` for a missing key."""
+        check_optional_integer("limit", limit)
+        check_flag("summary", summary)
+        check_flag("metadata_only", metadata_only)
+        key = canonicalize_session_key(session_key)
+        return await reads.transcript_lines(
+            self._storage.uow, self._generations, key, limit, summary, metadata_only
+        )
 
     async def get_canonical_transcript_entry(
         self, session_key: str, message_id: str

@@ -10,8 +10,9 @@ field types, ``check_*`` for plain arguments, ``invalid_input``), ``records`` (t
 ``_Record`` base, sessions, summaries, context states), ``messages`` (live and compacted
 transcript entries), ``identity`` (caller-chosen message ids, assistant reservations),
 ``intents`` (prepared session intents), ``pages`` (canonical transcript pages and coverage),
-``listing`` (keyset pages of the session listing), ``context_view`` (the prompt's view) and
-``snapshot`` (what a reset archives) and ``state`` (session state and scoped state).
+``listing`` (keyset pages of the session listing), ``lines`` (the lean transcript read),
+``context_view`` (the prompt's view) and ``snapshot`` (what a reset archives) and
+``state`` (session state and scoped state).
 Everything is imported from here, ``opensquilla.session.models``, as it was before the split.
 """
 
@@ -72,6 +73,7 @@ from .enums import (
 from .identity import AssistantMessageReservation
 from .intents import BranchOptions as BranchOptions
 from .intents import PreparedAction, PreparedSessionIntent
+from .lines import TranscriptLine, TranscriptLines
 from .listing import SessionListCursor, SessionListPage
 from .listing import SessionListFilter as SessionListFilter
 from .messages import CompactedTranscriptEntry, TranscriptEntry
@@ -113,4 +115,6 @@ __all__ = [
     "StateScope",
     "StoredArchive",
     "TranscriptEntry",
+    "TranscriptLine",
+    "TranscriptLines",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..db.uow import Transaction, UnitOfWork
 from ..keys import CanonicalKey
-from ..models import TranscriptEntry
+from ..models import TranscriptEntry, TranscriptLine, TranscriptLines
 from .generations import GenerationCache
 
 # -- by session key (the manager's) ---------------------------------------------------
@@ -29,6 +29,70 @@ async def recent_transcript(
         if not n:
             return []
         return await tx.transcript.live_tail(node.session_id, n, session_key=node.session_key)
+
+
+async def transcript_lines(
+    uow: UnitOfWork,
+    generations: GenerationCache,
+    key: CanonicalKey,
+    limit: int | None,
+    summary: bool,
+    metadata_only: bool,
+) -> TranscriptLines:
+    """The live rows of the current generation as lines (the newest ``limit`` when given;
+    ``metadata_only``: their ``id`` and ``metadata`` alone), oldest first, and with
+    ``summary`` its latest summary, all of one moment.
+
+    One statement reads the rows with the generation and its latest summary's id; a
+    second, the summary by that id (only when there is one and it is wanted), or, when
+    there are no rows, whether the key has a session (``SessionNotFoundError``) and its
+    latest summary's id. A write that commits between two of them (rows appear, the summary
+    is deleted) is seen: the read is then made again in one snapshot, a second unit of
+    work."""
+    async with uow.read() as tx:
+        found = await _of_one_moment(tx, key, limit, summary, metadata_only)
+        if found is None:
+            generations.found(key, None)  # raises SessionNotFoundError
+    if isinstance(found, TranscriptLines):
+        return found
+    async with uow.snapshot() as tx:
+        node = generations.found(key, await tx.sessions.get(key))
+        lines = []
+        if limit != 0:
+            lines = await tx.transcript.live_lines(
+                node.session_id,
+                session_key=node.session_key,
+                limit=limit,
+                metadata_only=metadata_only,
+            )
+        latest = None
+        if summary:
+            latest = await tx.summaries.latest(node.session_id, session_key=node.session_key)
+    return TranscriptLines(lines, latest)
+
+
+async def _of_one_moment(
+    tx: Transaction, key: CanonicalKey, limit: int | None, summary: bool, metadata_only: bool
+) -> TranscriptLines | bool | None:
+    """:func:`transcript_lines` without a snapshot: the lines and summary, ``None`` when
+    the key has no session, ``False`` when a write raced the statements."""
+    lines: list[TranscriptLine] = []
+    summary_id: int | None = None
+    if limit != 0:
+        lines, summary_id = await tx.transcript.current_lines(
+            key, limit=limit, metadata_only=metadata_only
+        )
+    if not lines:
+        anchor = await tx.transcript.current_anchor(key)
+        if anchor is None:
+            return None
+        has_rows, summary_id = anchor
+        if has_rows and limit != 0:
+            return False  # rows appended since the first statement
+    if not summary or summary_id is None:
+        return TranscriptLines(lines)
+    latest = await tx.summaries.of_key(summary_id, session_key=key)
+    return False if latest is None else TranscriptLines(lines, latest)
 
 
 async def canonical_entry(

@@ -62,6 +62,14 @@ class SummaryRepository(Repository):
         row = (await self.conn.execute(_latest(dialect), values)).first()
         return to_model(SessionSummary, row, dialect) if row is not None else None
 
+    async def of_key(self, summary_id: int, *, session_key: str) -> SessionSummary | None:
+        """The summary with id ``summary_id`` if it is one of ``session_key``'s."""
+        query = select_rows(summaries, self.conn).where(
+            summaries.c.session_key == session_key, summaries.c.id == summary_id
+        )
+        found = to_models(SessionSummary, self.conn.dialect.name, await self.conn.execute(query))
+        return found[0] if found else None
+
     async def text_lengths(self, session_id: str, *, session_key: str) -> list[int]:
         query = select(func.length(summaries.c.summary_text)).where(
             summaries.c.session_key == session_key, summaries.c.session_id == session_id

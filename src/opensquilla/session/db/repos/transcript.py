@@ -40,6 +40,7 @@ from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
 from .repository import Repository
 from .transcript_batches import TranscriptBatches
+from .transcript_lines import TranscriptLineReads
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
 from .transcript_writes import TranscriptWrites
 
@@ -73,7 +74,9 @@ def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     )
 
 
-class TranscriptRepository(TranscriptBatches, TranscriptWrites, TranscriptReads, Repository):
+class TranscriptRepository(
+    TranscriptBatches, TranscriptWrites, TranscriptReads, TranscriptLineReads, Repository
+):
     """The live transcript and the compacted archive; bound to one connection, never commits."""
 
     __slots__ = ()

@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ...models import TranscriptEntry
+from ...models import TranscriptEntry, TranscriptLine
 from ...models.messages import MessageInput
 
 ITEM_KEY = "openai_agents_item"
@@ -101,10 +101,11 @@ def to_message(item: Mapping[str, Any]) -> MessageInput:
     return {"role": "assistant", "content": _text(item.get("content")), "metadata": metadata}
 
 
-def to_item(entry: TranscriptEntry) -> dict[str, Any] | None:
-    """The item an entry stores; for an entry written by other code (no item in its
-    metadata): a message of its role and text, a tool row with a ``tool_call_id`` a
-    ``function_call_output``, anything else ``None`` (left out)."""
+def to_item(entry: TranscriptEntry | TranscriptLine) -> dict[str, Any] | None:
+    """The item an entry (or its line, ``SessionManager.get_transcript_lines``) stores;
+    for an entry written by other code (no item in its metadata): a message of its role
+    and text, a tool row with a ``tool_call_id`` a ``function_call_output``, anything else
+    ``None`` (left out)."""
     metadata = entry.metadata
     if metadata is not None:
         item = metadata.get(ITEM_KEY)

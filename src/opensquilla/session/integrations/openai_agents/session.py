@@ -3,7 +3,8 @@
 Each SDK item is one transcript entry (``items.py``) of the session key ``keys.py`` makes;
 every call is one call of the manager's public API: ``add_items`` one ``append_messages``
 (one fenced transaction), ``pop_item`` one ``pop_message``, ``get_items`` one transcript
-read (and the latest summary's), ``clear_session`` one ``delete`` or ``reset``.
+read (``get_transcript_lines``: the rows' items and the latest summary as of one moment;
+the rows' own fields too when one holds no item), ``clear_session`` one ``delete`` or ``reset``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ...compaction.summarizer import Summarizer
 from ...errors import SessionNotFoundError
 from ...keys import normalize_agent_id
 from ...manager import SessionManager
-from ...models import TranscriptEntry
+from ...models import TranscriptLines
 from ...storage import SessionStorage
 from .._shared import ClosesOnExit, StorageLease
 from .items import to_item, to_message
@@ -124,35 +125,35 @@ class OpenSquillaSession(ClosesOnExit, SessionABC):
         if wanted == 0:
             return []
         try:
-            entries = await self._entries(manager, wanted)
-            summary = None
-            if self.summary_role is not None and (wanted is None or len(entries) < wanted):
-                summary = await manager.get_latest_summary(self.session_key)
-                if (
-                    summary is not None
-                    and entries
-                    and (entries[0].id or 0) <= (summary.covered_through_id)
-                ):
-                    # A compaction committed between the two reads: the rows read are
-                    # older than the summary. Read them again (once: the next one could
-                    # only race the same way, and a repeat shows the same view).
-                    entries = await self._entries(manager, wanted)
+            read = await self._lines(manager, wanted, metadata_only=True)
+            items = [item for line in read.lines if (item := to_item(line)) is not None]
+            if len(items) < len(read.lines):
+                # A row without an item (written by other code): read the rows' own fields.
+                read = await self._lines(manager, wanted, metadata_only=False)
+                items = [item for line in read.lines if (item := to_item(line)) is not None]
         except SessionNotFoundError:
             return []
-        items: list[Any] = []
-        if summary is not None and summary.summary_text:
+        summary = read.summary
+        if (
+            summary is not None
+            and summary.summary_text
+            and (wanted is None or len(read.lines) < wanted)
+        ):
             text = format_compaction_summary_context([summary.summary_text])
-            items.append({"role": self.summary_role, "content": text})
-        for entry in entries:
-            item = to_item(entry)
-            if item is not None:
-                items.append(item)
+            items.insert(0, {"role": self.summary_role, "content": text})
         return cast(list[TResponseInputItem], items)
 
-    async def _entries(self, manager: SessionManager, wanted: int | None) -> list[TranscriptEntry]:
-        if wanted is None:
-            return await manager.get_transcript(self.session_key)
-        return await manager.get_recent_transcript(self.session_key, wanted)
+    async def _lines(
+        self, manager: SessionManager, wanted: int | None, *, metadata_only: bool
+    ) -> TranscriptLines:
+        """The rows and the latest summary as of one moment (a compaction committing
+        meanwhile shows whole, its summary and the rows it left, or not at all)."""
+        return await manager.get_transcript_lines(
+            self.session_key,
+            wanted,
+            summary=self.summary_role is not None,
+            metadata_only=metadata_only,
+        )
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in order, all or nothing, in one transaction (the session is
