@@ -13,7 +13,9 @@ from typing import Any
 
 import aiosqlite
 import asyncpg
-from common import MESSAGE, Timings, timed
+from common import MESSAGE, Timings, bulk_fill, fresh_target, timed
+
+from opensquilla.session import SessionManager, SessionStorage
 
 INSERT_COLUMNS = (
     "session_id, session_key, message_id, role, content, tool_calls, tool_call_id, "
@@ -181,6 +183,24 @@ async def transcript_reader(
         yield read_sqlite
     finally:
         await lite.close()
+
+
+@contextlib.asynccontextmanager
+async def floor_database(
+    backend: str, key: str, entries: int = 1000
+) -> AsyncIterator[tuple[str, str, str]]:
+    """A database of the floor's own (so that on SQLite neither its writes nor ours make the
+    other's connection reload its page cache), laid out by our migrations, with one session
+    of ``entries`` entries under ``key``: ``(target, session_key, session_id)``."""
+    async with fresh_target(backend) as target:
+        storage = SessionStorage(target)
+        await storage.connect()
+        try:
+            node = await SessionManager(storage).create(key)
+            await bulk_fill(storage, key, node.session_id, entries)
+        finally:
+            await storage.close()
+        yield target, node.session_key, node.session_id
 
 
 @contextlib.asynccontextmanager

@@ -25,18 +25,6 @@ from opensquilla.session import SessionManager, SessionStorage
 KEY = "agent:main:primitives"
 
 
-async def _floor_session(target: str) -> tuple[str, str, str]:
-    """The floor's database: migrated, one session of 1,000 entries, as ours."""
-    storage = SessionStorage(target)
-    await storage.connect()
-    try:
-        node = await SessionManager(storage).create(KEY)
-        await bulk_fill(storage, KEY, node.session_id, 1000)
-    finally:
-        await storage.close()
-    return target, node.session_key, node.session_id
-
-
 async def run(backend: str, n: int) -> dict[str, float]:
     """p50 milliseconds of one append, an append_messages of 10 and a pop, and the ratios."""
     async with fresh_target(backend) as target:
@@ -65,8 +53,8 @@ async def run(backend: str, n: int) -> dict[str, float]:
                 await manager.pop_message(KEY)
 
             async with (
-                fresh_target(backend) as floor_target,
-                floors.batch_appenders(*await _floor_session(floor_target)) as floor,
+                floors.floor_database(backend, KEY) as floor_session,
+                floors.batch_appenders(*floor_session) as floor,
             ):
                 calls: dict[str, Callable[[], Awaitable[Any]]] = {
                     "append_message": one,
