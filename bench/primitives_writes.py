@@ -7,7 +7,7 @@ Each round calls one ``append_message``, one ``append_messages`` of 10 and one
 alike), on one warm store whose session keeps about 1,000 live entries (each round adds 11
 and pops 1, after a prefill). The targets: ``append_messages`` of 10 p50 <= 2x one
 append, ``pop_message`` p50 <= 1.2x one append. In the same rounds, the driver floor of
-the batch target (``floors.batch_appender``): the fence and a 10-row ``INSERT`` against the
+the batch target (``floors.batch_appenders``): the fence and a 10-row ``INSERT`` against the
 fence and a 1-row one, through the bare driver, on a database of its own laid out and
 filled alike (so that neither's writes make the other's SQLite connection reload its cache).
 """

@@ -242,10 +242,12 @@ class TranscriptCalls:
         moment as the rows: a compaction committing meanwhile is seen whole or not at all.
 
         The read of a framework integration that keeps its own objects in ``metadata``:
-        six columns of each row (or two) instead of twenty, no record built per row, and
-        one statement in one unit of work (docs/reading.md#transcript-lines; a write that
-        commits between its statements makes it read again from one snapshot, a second
-        unit). ``SessionNotFoundError`` for a missing key."""
+        six columns of each row (or two) instead of twenty, no record built per row, one
+        unit of work: one statement for the rows, the generation and its latest summary's
+        id, then the summary by that id when there is one and it is wanted
+        (docs/reading.md#transcript-lines; a write that commits between its statements
+        makes it read again from one snapshot, a second unit). ``SessionNotFoundError``
+        for a missing key."""
         check_optional_integer("limit", limit)
         check_flag("summary", summary)
         check_flag("metadata_only", metadata_only)

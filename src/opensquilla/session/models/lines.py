@@ -17,10 +17,11 @@ from .records import SessionSummary
 
 class TranscriptLine(NamedTuple):
     """One live row: its id, role, text, tool calls, tool call id and metadata, each the
-    value the row's :class:`TranscriptEntry` holds in the field of that name."""
+    value the row's :class:`TranscriptEntry` holds in the field of that name (a
+    ``metadata_only`` read leaves all but ``id`` and ``metadata`` ``None``)."""
 
     id: int
-    role: str
+    role: str | None
     content: str | None
     tool_calls: list[dict[str, Any]] | None
     tool_call_id: str | None

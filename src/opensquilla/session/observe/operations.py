@@ -48,6 +48,7 @@ LATENCY_KINDS: Final[Mapping[str, str]] = {
             "get_canonical_transcript_page",
             "get_canonical_transcript_entry",
             "get_recent_transcript",
+            "get_transcript_lines",
             "get_compacted_transcript_entries",
             "read_transcript",
             "get_context_view",
@@ -58,8 +59,9 @@ LATENCY_KINDS: Final[Mapping[str, str]] = {
 }
 # Integers that some operations return and that count no rows.
 _NOT_ROW_COUNTS: Final = frozenset({"get_epoch", "increment_epoch"})
-# Results that hold the rows they stand for in a list: a transcript page, a context view.
-_ROW_FIELDS: Final = ("entries", "messages")
+# Results that hold the rows they stand for in a list: a transcript page, a context view,
+# transcript lines.
+_ROW_FIELDS: Final = ("entries", "messages", "lines")
 # Where an operation finds the session key: these parameters, else the first argument's
 # ``session_key`` attribute (a node, an entry, a summary, a context state).
 _KEY_PARAMETERS: Final = ("session_key", "parent_session_key")

@@ -152,6 +152,11 @@ class SummaryRepository(Repository):
         )
 
 
+# Newest first: a generation's latest summary is the first row in this order (also read by
+# ``transcript_lines``, so that ``get_transcript_lines`` and ``get_latest_summary`` agree).
+LATEST_ORDER = (summaries.c.compaction_index.desc(), summaries.c.id.desc())
+
+
 @functools.cache
 def _latest(dialect_name: str) -> Select[Any]:
     """The newest summary of ``:session_id`` (read on every context view: built once)."""
@@ -161,6 +166,6 @@ def _latest(dialect_name: str) -> Select[Any]:
             summaries.c.session_key == bindparam("session_key"),
             summaries.c.session_id == bindparam("session_id"),
         )
-        .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
+        .order_by(*LATEST_ORDER)
         .limit(1)
     )

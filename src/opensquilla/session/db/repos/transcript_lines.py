@@ -38,6 +38,7 @@ from ..rows import driver_converters, read_columns
 from ..tables import session_summaries as summaries
 from ..tables import sessions
 from ..tables import transcript_entries as live
+from .summaries import LATEST_ORDER
 
 #: The columns of a line, in :class:`TranscriptLine`'s order (its fields' names).
 LINE_COLUMNS: tuple[str, ...] = TranscriptLine._fields
@@ -86,11 +87,11 @@ def _metadata_lines(
 
 
 def _latest_summary_id(session_key: Any, session_id: Any) -> Any:
-    """The id of the generation's newest summary (``summaries.latest``'s order), or NULL."""
+    """The id of the generation's newest summary (``summaries.LATEST_ORDER``), or NULL."""
     return (
         select(summaries.c.id)
         .where(summaries.c.session_key == session_key, summaries.c.session_id == session_id)
-        .order_by(summaries.c.compaction_index.desc(), summaries.c.id.desc())
+        .order_by(*LATEST_ORDER)
         .limit(1)
         .scalar_subquery()
     )
