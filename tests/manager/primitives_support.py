@@ -17,6 +17,9 @@ from opensquilla.session import SessionStorage
 from tests.reliability.support import asyncpg_dsn, database_name, is_postgres_target
 
 WAIT_GUARD = 60.0
+# A batch's INSERT on every path: PostgreSQL's (fed by the fenced touch), SQLite's into the
+# append view (a batch of one chunk) or into the table (the three-statement path).
+BATCH_INSERT = "INSERT INTO transcript_"
 
 
 class Held:

@@ -18,7 +18,7 @@ from opensquilla.session.errors import InvalidInputError
 from opensquilla.session.models import TranscriptEntry
 from tests.helpers import table_snapshot
 
-from .primitives_support import arrivals, holding, on_statement, statements
+from .primitives_support import BATCH_INSERT, arrivals, holding, on_statement, statements
 
 KEY = "agent:main:batch"
 OTHER = "agent:main:other"
@@ -202,9 +202,10 @@ async def test_message_ids_name_new_entries_only(
 async def test_a_failure_inside_the_transaction_leaves_nothing(
     manager: SessionManager, storage: SessionStorage, one_statement: bool
 ) -> None:
-    """The INSERT fails as it is sent: on SQLite the fence already touched the session row
-    in the transaction, and that is rolled back too; on PostgreSQL the one statement never
-    ran. (A later chunk failing inside the transaction: the chunk test below.)"""
+    """The batch's INSERT fails as it is sent: on SQLite the transaction it begins (the
+    three-statement path: its fenced touch already ran) is rolled back; on PostgreSQL the
+    one statement never ran. (A later chunk failing inside the transaction: the chunk test
+    below.)"""
     await manager.create(KEY)
     await manager.append_message(KEY, "user", "kept", token_count=1)
     before = await table_snapshot(storage)
@@ -213,7 +214,7 @@ async def test_a_failure_inside_the_transaction_leaves_nothing(
         raise RuntimeError("injected")
 
     with (
-        on_statement(storage, "INSERT INTO transcript_entries", fail, when="before"),
+        on_statement(storage, BATCH_INSERT, fail, when="before"),
         pytest.raises(RuntimeError, match="injected"),
     ):
         await manager.append_messages(KEY, _messages(10))
@@ -249,8 +250,9 @@ async def test_the_statement_count_does_not_grow_with_the_batch(
     with statements(storage) as seen:
         await manager.append_messages(KEY, _messages(size))
     work = [s for s in seen if not s.startswith(("BEGIN", "COMMIT"))]
-    # PostgreSQL: the fenced touch feeds the INSERT as a CTE; SQLite: the touch, the INSERT.
-    assert len(work) == (1 if backend.is_postgres else 2), seen
+    # PostgreSQL: the fenced touch feeds the INSERT as a CTE; SQLite: the INSERT into the
+    # append view, whose trigger touches (the three-statement path: test_chunks below).
+    assert len(work) == 1, seen
     assert await manager.count_transcript_entries(KEY) == size + 1
 
 
@@ -275,8 +277,10 @@ async def test_a_reset_between_the_read_and_the_write_moves_the_batch_to_the_new
 async def test_a_batch_cancelled_inside_its_transaction_leaves_nothing(
     manager: SessionManager, storage: SessionStorage
 ) -> None:
-    """SQLite: cancelled right after its fenced touch ran, before the INSERT and the
-    commit: rolled back."""
+    """SQLite: cancelled as its statement is sent (the INSERT into the append view, the
+    fenced touch inside it): the thread runs it inside the transaction and, the
+    cancellation seen, does not commit; rolled back. (Cancelled while the statement runs
+    on the thread: tests/storage/test_batch_commit_hop.py.)"""
     await manager.create(KEY)
     await manager.append_message(KEY, "user", "kept")
     before = await table_snapshot(storage)
@@ -286,7 +290,7 @@ async def test_a_batch_cancelled_inside_its_transaction_leaves_nothing(
         assert task is not None
         task.cancel()
 
-    with on_statement(storage, "UPDATE sessions", cancel):
+    with on_statement(storage, BATCH_INSERT, cancel, when="before"):
         task = asyncio.ensure_future(manager.append_messages(KEY, _messages(10)))
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -333,7 +337,7 @@ async def test_two_concurrent_batches_never_interleave(
             await m.count_transcript_entries(KEY)
             await m.append_messages(KEY, [{"role": "system", "content": "warm"}])
         async with holding(database, KEY) as held:
-            with arrivals(first, "UPDATE sessions") as a, arrivals(second, "UPDATE sessions") as b:
+            with arrivals(first, BATCH_INSERT) as a, arrivals(second, BATCH_INSERT) as b:
                 tasks = [
                     asyncio.ensure_future(m.append_messages(KEY, _messages(20, word)))
                     for m, word in zip(managers, ("a", "b"), strict=True)

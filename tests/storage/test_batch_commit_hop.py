@@ -1,6 +1,9 @@
 """SQLite: a batch's last INSERT and its COMMIT run in one thread hop (``sqlite_driver``'s
 ``commit_with_next``), and a caller cancelled while that statement runs does not commit:
-the thread checks just before its COMMIT, and the unit of work rolls the batch back."""
+the thread checks just before its COMMIT, and the unit of work rolls the batch back. A
+batch of one chunk is one statement (the INSERT into the append view, the fenced touch
+inside it), so its BEGIN, that statement and its COMMIT make one hop; a longer batch's
+chunks go first, and its last INSERT takes the COMMIT along."""
 
 from __future__ import annotations
 
@@ -13,12 +16,63 @@ import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import sqlite_driver
+from opensquilla.session.db.repos import transcript_batches
 from tests.helpers import table_snapshot
 
 KEY = "agent:main:commit-hop"
 BATCH: list[Any] = [{"role": "user", "content": f"m{n}", "token_count": 1} for n in range(3)]
 
 pytestmark = pytest.mark.sqlite_only
+
+
+def _hops(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool, bool]]:
+    """Each statement's hop to the driver's thread: the statement's table, whether the hop
+    began the transaction and whether it committed it."""
+    hops: list[tuple[str, bool, bool]] = []
+    run_one = sqlite_driver._run_one
+
+    def watched(conn: Any, operation: str, parameters: Any, begin: Any, commit: Any) -> Any:
+        words = operation.split()
+        hops.append((" ".join(words[:3]), begin is not None, commit is not None))
+        outcome = run_one(conn, operation, parameters, begin, commit)
+        if commit is not None:
+            assert not conn.in_transaction  # committed in this call
+        return outcome
+
+    monkeypatch.setattr(sqlite_driver, "_run_one", watched)
+    return hops
+
+
+async def test_a_batch_of_one_chunk_is_one_hop(
+    manager: SessionManager, storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "warm")  # the generation cached
+    hops = _hops(monkeypatch)
+    entries = await manager.append_messages(KEY, BATCH)
+    assert hops == [("INSERT INTO transcript_appends", True, True)]
+    stored = await manager.get_transcript(KEY)
+    assert [e.content for e in stored] == ["warm", "m0", "m1", "m2"]
+    assert [e.id for e in entries] == [e.id for e in stored[1:]]
+    assert [e.created_at for e in entries] == [e.created_at for e in stored[1:]]
+    node = await manager.get_session(KEY)
+    assert node is not None and node.total_tokens == 3
+
+
+async def test_a_longer_batch_commits_with_its_last_insert(
+    manager: SessionManager, storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transcript_batches, "CHUNK_ROWS", 2)
+    await manager.create(KEY)
+    await manager.append_message(KEY, "user", "warm")
+    hops = _hops(monkeypatch)
+    await manager.append_messages(KEY, BATCH)
+    assert hops == [
+        ("UPDATE sessions SET", True, False),
+        ("INSERT INTO transcript_entries", False, False),
+        ("INSERT INTO transcript_entries", False, True),
+    ]
+    assert [e.content for e in await manager.get_transcript(KEY)] == ["warm", "m0", "m1", "m2"]
 
 
 async def test_the_last_insert_commits_in_its_own_hop(

@@ -17,7 +17,7 @@ from opensquilla.session import SessionStorage
 from opensquilla.session.integrations.openai_agents import OpenSquillaSession
 from opensquilla.session.models import messages
 from opensquilla.session.support import clock
-from tests.manager.primitives_support import WAIT_GUARD, holding, on_statement
+from tests.manager.primitives_support import BATCH_INSERT, WAIT_GUARD, holding, on_statement
 
 from .sdk_writer import OFFSET_ENV, turn
 
@@ -47,7 +47,7 @@ async def test_concurrent_add_items_from_several_tasks_never_interleave(database
     seen: list[str] = []
 
     def arrived(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "INSERT INTO transcript_entries" in statement or "UPDATE sessions" in statement:
+        if BATCH_INSERT in statement:
             seen.append(statement)
 
     try:
@@ -127,7 +127,8 @@ async def test_two_processes_one_stepped_back_lose_nothing_and_keep_the_order(
 async def test_a_cancellation_inside_the_batch_leaves_nothing_sqlite(
     storage: SessionStorage,
 ) -> None:
-    """SQLite: cancelled right after the batch's fenced touch, before its INSERT."""
+    """SQLite: cancelled as the batch's statement is sent (its fenced touch inside): run
+    inside the transaction, not committed, rolled back."""
     session = OpenSquillaSession("cancel", storage)
     await session.add_items(turn("kept", 0))  # type: ignore[arg-type]
     task: asyncio.Task[Any] | None = None
@@ -136,7 +137,7 @@ async def test_a_cancellation_inside_the_batch_leaves_nothing_sqlite(
         assert task is not None
         task.cancel()
 
-    with on_statement(storage, "UPDATE sessions", cancel):
+    with on_statement(storage, BATCH_INSERT, cancel, when="before"):
         task = asyncio.ensure_future(session.add_items(turn("lost", 0)))  # type: ignore[arg-type]
         with pytest.raises(asyncio.CancelledError):
             await task

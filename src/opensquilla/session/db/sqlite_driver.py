@@ -34,11 +34,12 @@ def _run_one(
     operation: str,
     parameters: Any,
     begin: str | None = None,
-    commit: list[bool] | None = None,
+    commit: list[Any] | None = None,
 ) -> _Outcome:
     """On the aiosqlite thread: (begin,) execute, fetch everything, close (and, with
-    ``commit`` still ``[True]``, commit the transaction once the statement succeeded:
-    the event loop sets it to ``[False]`` when the statement's caller is cancelled)."""
+    ``commit[0]`` still ``True``, commit the transaction once the statement succeeded,
+    and when ``commit[1]`` is there, returned exactly that many rows: the event loop sets
+    ``commit[0]`` to ``False`` when the statement's caller is cancelled)."""
     if begin is not None:
         conn.execute(begin)
     cursor = conn.cursor()
@@ -52,7 +53,12 @@ def _run_one(
         outcome = description, rows, cursor.rowcount, cursor.lastrowid
     finally:
         cursor.close()
-    if commit is not None and commit[0] and conn.in_transaction:
+    if (
+        commit is not None
+        and commit[0]
+        and conn.in_transaction
+        and (len(commit) == 1 or len(rows or ()) == commit[1])
+    ):
         conn.commit()
     return outcome
 
@@ -127,11 +133,11 @@ def lean_dbapi() -> Any | None:
             adapt: Any = self._adapt_connection
             async with adapt._execute_mutex:
                 begin, adapt._pending_begin = adapt._pending_begin, None
-                fold, adapt._commit_next = adapt._commit_next, False
+                fold, adapt._commit_next = adapt._commit_next, None
                 # A caller cancelled already, or while the statement runs, does not commit:
                 # the thread checks just before its COMMIT (a cancellation later than that
                 # meets the COMMIT itself, as it would in a hop of its own).
-                commit = [True] if fold and not _cancelling() else None
+                commit = fold if fold is not None and not _cancelling() else None
                 connection = self._connection
                 try:
                     self._keep(
@@ -168,15 +174,16 @@ def lean_dbapi() -> Any | None:
         def __init__(self, dbapi: Any, connection: Any) -> None:
             super().__init__(dbapi, connection)
             self._pending_begin: str | None = None
-            self._commit_next = False
+            self._commit_next: list[Any] | None = None
 
-        def commit_with_next(self) -> None:
+        def commit_with_next(self, rows: int | None = None) -> None:
             """Commit the open transaction on the thread right after the next statement
-            succeeds, in the same call: the transaction's last statement and its COMMIT
-            in one hop. The ``commit()`` that follows finds no transaction open and makes
-            no hop of its own; a statement that fails leaves the transaction open for the
-            caller's rollback."""
-            self._commit_next = True
+            succeeds (and, given ``rows``, returned exactly that many rows), in the same
+            call: the transaction's last statement and its COMMIT in one hop. The
+            ``commit()`` that follows finds no transaction open and makes no hop of its
+            own; a statement that fails (or returns another number of rows) leaves the
+            transaction open for the caller's decision."""
+            self._commit_next = [True] if rows is None else [True, rows]
 
         def defer_begin(self, statement: str) -> None:
             """Run ``statement`` (a BEGIN) on the thread just before the next statement,
@@ -191,13 +198,13 @@ def lean_dbapi() -> Any | None:
 
         def rollback(self) -> None:
             self._pending_begin = None
-            self._commit_next = False
+            self._commit_next = None
             if self._in_transaction():
                 super().rollback()
 
         def commit(self) -> None:
             self._pending_begin = None
-            self._commit_next = False
+            self._commit_next = None
             if self._in_transaction():
                 super().commit()
 

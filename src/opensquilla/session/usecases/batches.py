@@ -91,6 +91,8 @@ async def _write(
     # cancellation while it runs cancels it on the server). Longer ones, and SQLite's two
     # statements, in one write transaction.
     alone = uow.is_postgres and len(entries) <= transcript_batches.CHUNK_ROWS
+    # SQLite with the append view: the touch inside the INSERT, one statement per chunk.
+    through_view = not uow.is_postgres and await uow.appends_in_one_statement()
     try:
         async with uow.one_statement() if alone else uow.write() as tx:
             if ids:
@@ -112,6 +114,7 @@ async def _write(
                 returning=returning,
                 # The unit of work commits right after it (SQLite: in the same hop).
                 ends_transaction=not alone,
+                through_view=through_view,
             )
             if placed is None:
                 await raise_stale(tx, first, expected_epoch)

@@ -251,35 +251,13 @@ def append_and_touch(
     expected_epoch: int,
     now: int,
     token_delta: int,
-    one_statement: bool,
 ) -> tuple[int, int] | None:
-    """The manager's append: epoch fence, insert and session touch, atomically.
-
-    Synchronous, for ``AsyncConnection.run_sync``: the hot path then crosses into
-    SQLAlchemy's asyncio bridge once, not once per statement. Postgres always, SQLite with
-    ``one_statement``: one statement, atomic by itself, for autocommit (Postgres: the
-    fenced UPDATE as a CTE feeding the INSERT; SQLite: the insert into the
-    ``transcript_appends`` view). SQLite without: the fenced UPDATE, then the INSERT, inside
-    the caller's write transaction, the order floor read in between (under the write
-    lock) when ``created_at`` was defaulted. ``(id, created_at)`` of the new row as stored,
-    or ``None`` when the fence refused.
-    """
-    if conn.dialect.name == "postgresql" or one_statement:
-        stmt, row = one_statement_append(
-            conn.dialect.name,
-            entry,
-            expected_epoch=expected_epoch,
-            now=now,
-            token_delta=token_delta,
-        )
-        return run_one_statement(
-            conn,
-            stmt,
-            row,
-            entry=entry,
-            expected_epoch=expected_epoch,
-            token_delta=token_delta,
-        )
+    """The manager's append in three statements, inside the caller's write transaction,
+    where it cannot be one (``uow.appends_in_one_statement``): the fenced UPDATE, then the
+    INSERT, the order floor read in between (under the write lock) when ``created_at`` was
+    defaulted. Synchronous, for ``AsyncConnection.run_sync`` (one crossing into
+    SQLAlchemy's asyncio bridge, not one per statement). ``(id, created_at)`` of the new
+    row as stored, or ``None`` when the fence refused."""
     params = touch_params(entry, expected_epoch, now, token_delta)
     touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
     if not conn.execute(touch, params).rowcount:

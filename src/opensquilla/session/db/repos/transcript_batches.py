@@ -6,9 +6,11 @@ The batch is a bounded number of statements whatever its size: one fenced touch 
 session row (the whole batch's token delta, under the ``INT64`` ceiling), then one
 multi-row INSERT per :data:`CHUNK_ROWS` rows returning ``(id, created_at)``, each row's
 defaulted ``created_at`` raised to the generation's newest live one inside the INSERT. On
-PostgreSQL the touch is a CTE of the first INSERT (one statement for a batch of up to
-:data:`CHUNK_ROWS`); its row lock holds off every other append, batch and pop of the
-session until the commit, so two batches never interleave.
+PostgreSQL the touch is a CTE of the first INSERT, on SQLite (with revision 0008's append
+view) inside the INSERT into the view: one statement for a batch of up to
+:data:`CHUNK_ROWS`. The touch's lock (PostgreSQL's row lock, SQLite's write lock) holds off
+every other append, batch and pop of the session until the commit, so two batches never
+interleave.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
+    func,
     insert,
     literal_column,
     select,
@@ -34,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ...models import TranscriptEntry
+from ...models import INT64_MAX, TranscriptEntry
 from ..direct_statement import execute_compiled
 from ..rows import read_columns, to_models
 from ..tables import sessions
@@ -44,6 +47,7 @@ from .fenced_append import (
     _PG_TOUCH_WITH_TOKENS,
     _TOUCH,
     _TOUCH_WITH_TOKENS,
+    APPENDS_VIEW,
     INSERT_COLUMNS,
     NEWEST_LIVE,
     _refuse_overflow,
@@ -108,6 +112,63 @@ def _batch(dialect: str, rows: int, *, tokens: bool, touch: bool, floor: bool) -
     return stmt.returning(live.c.id, live.c.created_at) if floor else stmt
 
 
+# SQLite's batch in one statement (revision 0008's view, as one append): a multi-row INSERT
+# into ``transcript_appends``, whose INSTEAD OF trigger runs once per row in order, each
+# row fenced on its own (a refused row raises IGNORE, which skips that row only). The first
+# row carries the whole batch's token delta and its ceiling, the others none, so
+# ``total_tokens`` grows by the batch's delta once, as the transaction's touch does. A
+# stale fence refuses every row; a delta past the ceiling only the first: the caller, in
+# the transaction still, sees fewer rows than it sent and rolls back (the COMMIT folded
+# into the statement's hop requires every row: ``commit_with_next(rows=...)``). Each row
+# comes back as stored, by subqueries correlated with it (an uncorrelated one SQLite
+# evaluates once for every row): the key's largest id, which is the row's (the statement
+# holds the write lock; ids are AUTOINCREMENT), and its ``created_at`` (the trigger raised
+# it to the order floor).
+# (Written out: SQLAlchemy renders a RETURNING clause's columns without their table.)
+_ROW_KEY: ColumnElement[Any] = literal_column(f"{APPENDS_VIEW.name}.session_key")
+_STORED = live.alias("stored")
+_ROW_ID = select(func.max(_STORED.c.id)).where(_STORED.c.session_key == _ROW_KEY).scalar_subquery()
+_ROW_CREATED_AT = (
+    select(_STORED.c.created_at)
+    .where(_STORED.c.session_key == _ROW_KEY, _STORED.c.id == _ROW_ID)
+    .scalar_subquery()
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _view_batch(rows: int) -> Insert:
+    """``rows`` rows into the append view, in order, returning ``(id, created_at)`` each."""
+    later: dict[str, Any] = {
+        "token_delta": literal_column("0"),
+        "tokens_ceiling": literal_column(str(INT64_MAX)),
+    }
+    values = []
+    for n in range(rows):
+        row: dict[str, Any] = {name: _bind(n, name) for name in _NAMES}
+        row["fence_epoch"] = bindparam("fence_epoch")
+        row["touched_at"] = bindparam("touched_at")
+        row["order_floor"] = literal_column("1")
+        if n == 0:
+            row["token_delta"] = bindparam("token_delta")
+            row["tokens_ceiling"] = bindparam("tokens_ceiling")
+        else:
+            row.update(later)
+        values.append(row)
+    return insert(APPENDS_VIEW).values(values).returning(_ROW_ID, _ROW_CREATED_AT)
+
+
+def _view_params(
+    entries: Sequence[TranscriptEntry], expected_epoch: int, now: int, token_delta: int
+) -> dict[str, Any]:
+    """The bind parameters of :func:`_view_batch` for ``entries``."""
+    params = _row_params(entries)
+    params["fence_epoch"] = expected_epoch
+    params["touched_at"] = now
+    params["token_delta"] = token_delta
+    params["tokens_ceiling"] = INT64_MAX - token_delta
+    return params
+
+
 @functools.lru_cache(maxsize=CHUNK_ROWS + 1)
 def _row_keys(row: int) -> tuple[str, ...]:
     """The bind names of row ``row``'s values (:func:`_bind`), in column order."""
@@ -133,6 +194,7 @@ def append_batch(
     token_delta: int,
     returning: bool,
     ends_transaction: bool = False,
+    through_view: bool = False,
 ) -> list[tuple[int, int]] | None:
     """Synchronous, for ``AsyncConnection.run_sync`` inside the caller's write transaction:
     the fenced touch of the generation (``updated_at``, ``total_tokens + token_delta``)
@@ -142,7 +204,10 @@ def append_batch(
     SQLite's RETURNING (3.35+); without, the floor is read first and the ids follow from
     the last one (AUTOINCREMENT under the write lock: consecutive). ``ends_transaction``:
     the caller commits right after (SQLite: the last INSERT and the COMMIT then run in one
-    thread hop, ``sqlite_driver``'s ``commit_with_next``)."""
+    thread hop, ``sqlite_driver``'s ``commit_with_next``). ``through_view``: SQLite with
+    revision 0008's append view and RETURNING, where a batch of one chunk is one statement
+    (:func:`_view_batch`: the touch inside it), so with ``ends_transaction`` the BEGIN,
+    the statement and the COMMIT run in one thread hop."""
     first = entries[0]
     params = touch_params(first, expected_epoch, now, token_delta)
     chunks = [entries[at : at + CHUNK_ROWS] for at in range(0, len(entries), CHUNK_ROWS)]
@@ -167,6 +232,17 @@ def append_batch(
                 return None
             placed += sorted((int(r[0]), int(r[1])) for r in rows)
         return placed
+    if through_view and len(chunks) == 1:
+        if ends_transaction:
+            _commit_with_next(conn, len(entries))
+        stmt = _view_batch(len(entries))
+        rows = execute_compiled(conn, stmt, _view_params(entries, expected_epoch, now, token_delta))
+        found = [(int(r[0]), int(r[1])) for r in rows.all() if r[0] is not None]
+        if len(found) != len(entries):  # refused: not committed; the caller rolls back
+            if token_delta:
+                _refuse_overflow(conn, params, token_delta)
+            return None
+        return sorted(found)
     touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
     if not conn.execute(touch, params).rowcount:
         if token_delta:
@@ -198,12 +274,12 @@ def append_batch(
     return placed
 
 
-def _commit_with_next(conn: Connection) -> None:
-    """Have the lean SQLite adapter commit right after the next statement, in its hop
-    (nothing when the engine runs another adapter)."""
+def _commit_with_next(conn: Connection, rows: int | None = None) -> None:
+    """Have the lean SQLite adapter commit right after the next statement (given ``rows``:
+    if it returned that many), in its hop (nothing when the engine runs another adapter)."""
     commit = getattr(conn.connection.dbapi_connection, "commit_with_next", None)
     if commit is not None:
-        commit()
+        commit(rows)
 
 
 # -- one row out ---------------------------------------------------------------------------
@@ -277,6 +353,7 @@ class TranscriptBatches:
         token_delta: int,
         returning: bool,
         ends_transaction: bool = False,
+        through_view: bool = False,
     ) -> list[tuple[int, int]] | None:
         """:func:`append_batch` on this connection (one crossing into the greenlet)."""
         return await self.conn.run_sync(
@@ -287,6 +364,7 @@ class TranscriptBatches:
             token_delta=token_delta,
             returning=returning,
             ends_transaction=ends_transaction,
+            through_view=through_view,
         )
 
     async def live_message_ids(

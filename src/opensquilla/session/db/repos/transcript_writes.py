@@ -53,7 +53,6 @@ class TranscriptWrites:
             expected_epoch=expected_epoch,
             now=now,
             token_delta=token_delta,
-            one_statement=False,
         )
 
     async def has_append_view(self) -> bool:
