@@ -187,15 +187,15 @@ async def test_depth_and_size_are_bounded(
 
 @pytest.fixture
 def held_state_write(monkeypatch: pytest.MonkeyPatch) -> dict[str, asyncio.Event]:
-    """The first state write (of any storage) waits, inside its transaction and so holding
-    the writers' lock, until ``release`` is set; ``entered`` tells it is there."""
-    events = {"entered": asyncio.Event(), "release": asyncio.Event()}
+    """Once ``armed`` is set, the next state write (of any storage) waits, its read done
+    and its compare-and-set not yet sent, until ``release`` is set; ``entered`` tells it
+    is there."""
+    events = {"armed": asyncio.Event(), "entered": asyncio.Event(), "release": asyncio.Event()}
     original = SessionStateRepository.write
-    calls = {"n": 0}
 
     async def write(self: SessionStateRepository, *args: Any, **kwargs: Any) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 1:
+        if events["armed"].is_set():
+            events["armed"].clear()
             events["entered"].set()
             await events["release"].wait()
         return await original(self, *args, **kwargs)
@@ -204,50 +204,46 @@ def held_state_write(monkeypatch: pytest.MonkeyPatch) -> dict[str, asyncio.Event
     return events
 
 
-async def _others_wait_for_the_lock(manager: SessionManager, waiting: int) -> None:
-    """Until ``waiting`` writers wait for the first one's lock (PostgreSQL: advisory locks
-    not granted; SQLite: a pause, the others waiting in BEGIN IMMEDIATE)."""
-    if manager.storage.backend != "postgresql":
-        await asyncio.sleep(0.3)
-        return
-    query = sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-    for _ in range(200):
-        async with manager.storage.engine.connect() as conn:
-            if (await conn.execute(query)).scalar_one() >= waiting:
-                return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the other writers never waited for the lock")
-
-
+@pytest.mark.parametrize("first_write", [True, False], ids=["insert", "update"])
 async def test_two_concurrent_compare_and_sets_of_one_revision_exactly_one_wins(
-    manager: SessionManager, other: SessionManager, held_state_write: dict[str, asyncio.Event]
+    manager: SessionManager,
+    other: SessionManager,
+    held_state_write: dict[str, asyncio.Event],
+    first_write: bool,
 ) -> None:
+    """Both read the same revision; the first's write is held until the second's has
+    committed (no lock makes the second wait): the first's compare-and-set then finds the
+    revision moved, reads again and refuses, naming the revision it found. With and
+    without a state row already (the first write of a generation is an INSERT)."""
     await manager.create(KEY)
-    first = asyncio.ensure_future(manager.update_state(KEY, {"who": "first"}, 0))
-    await asyncio.wait_for(held_state_write["entered"].wait(), 5)  # first holds the lock
-    second = asyncio.ensure_future(other.update_state(KEY, {"who": "second"}, 0))
-    await _others_wait_for_the_lock(manager, 1)
-    assert not second.done()
+    base = 0 if first_write else await manager.update_state(KEY, {"who": "warm"})
+    held_state_write["armed"].set()
+    first = asyncio.ensure_future(manager.update_state(KEY, {"who": "first"}, base))
+    await asyncio.wait_for(held_state_write["entered"].wait(), 5)  # first has read `base`
+    assert await other.update_state(KEY, {"who": "second"}, base) == base + 1
     held_state_write["release"].set()
-    results = await asyncio.gather(first, second, return_exceptions=True)
-    assert results[0] == 1
-    assert isinstance(results[1], StaleStateError) and results[1].actual_revision == 1
+    with pytest.raises(StaleStateError) as raised:
+        await first
+    assert (raised.value.expected_revision, raised.value.actual_revision) == (base, base + 1)
     got = await manager.get_state(KEY)
-    assert (got.state, got.revision) == ({"who": "first"}, 1)
+    assert (got.state["who"], got.revision) == ("second", base + 1)
 
 
 async def test_concurrent_updates_without_a_revision_lose_nothing(
     manager: SessionManager, other: SessionManager, held_state_write: dict[str, asyncio.Event]
 ) -> None:
+    """The first update is held after its read while three others commit: its
+    compare-and-set finds the revision moved, reads again and merges into what they wrote;
+    two more follow. Every change is kept, every revision handed out once."""
     await manager.create(KEY)
+    held_state_write["armed"].set()
     first = asyncio.ensure_future(manager.update_state(KEY, {"m0": 0}))
     await asyncio.wait_for(held_state_write["entered"].wait(), 5)
-    rest = [asyncio.ensure_future(other.update_state(KEY, {f"m{n}": n})) for n in range(1, 4)]
-    await _others_wait_for_the_lock(manager, 1)
-    assert not any(task.done() for task in rest)
+    rest = [await other.update_state(KEY, {f"m{n}": n}) for n in range(1, 4)]
+    assert rest == [1, 2, 3] and not first.done()
     held_state_write["release"].set()
-    rest += [asyncio.ensure_future(manager.update_state(KEY, {f"m{n}": n})) for n in (4, 5)]
-    revisions = await asyncio.gather(first, *rest)
+    later = [asyncio.ensure_future(manager.update_state(KEY, {f"m{n}": n})) for n in (4, 5)]
+    revisions = [*rest, *await asyncio.gather(first, *later)]
     assert sorted(revisions) == list(range(1, 7))
     got = await manager.get_state(KEY)
     assert got.revision == 6 and got.state == {f"m{n}": n for n in range(6)}

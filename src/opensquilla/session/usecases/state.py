@@ -108,10 +108,27 @@ async def get_state(uow: UnitOfWork, key: CanonicalKey) -> SessionState:
 
 
 async def update_state(uow: UnitOfWork, key: CanonicalKey, change: StateChange) -> int:
-    """Merge ``change`` into the state of the session ``key`` (one write transaction); the
-    new revision. ``SessionNotFoundError`` for a missing session, ``StaleStateError`` when
-    ``change.expected_revision`` is not the stored revision: nothing written either way."""
+    """Merge ``change`` into the state of the session ``key``; the new revision.
+    ``SessionNotFoundError`` for a missing session, ``StaleStateError`` when
+    ``change.expected_revision`` is not the stored revision: nothing written either way.
+
+    One unit in autocommit, no transaction: the row read, then the compare-and-set write
+    of the merge, one statement (``UPDATE ... WHERE revision = <read>``; the first write
+    of a generation ``INSERT ... ON CONFLICT DO NOTHING`` while the session row is still
+    that generation's). A write that found the revision moved (another writer, a reset, a
+    delete) reads again, and ``expected_revision`` is checked against what it reads."""
     target = f"session {key!r}"
+    async with uow.one_statement() as tx:
+        for _ in range(STATE_TRIES):
+            found = await tx.session_states.read(key)
+            if found is None:
+                raise SessionNotFoundError(f"Session not found: {key}; nothing was written")
+            session_id, stored = found
+            write = _next(stored, session_id, change, target)
+            if await tx.session_states.write(key, session_id=session_id, **write):
+                return write["revision"]
+    # Every try lost its race (a thousand writers in between): in turn with the others,
+    # in a write transaction that takes the writers' lock.
     async with uow.write() as tx:
         found = await tx.session_states.read(key, for_update=True)
         if found is None:
@@ -121,6 +138,10 @@ async def update_state(uow: UnitOfWork, key: CanonicalKey, change: StateChange) 
         if not await tx.session_states.write(key, session_id=session_id, **write):
             raise _lost_race(target)
     return write["revision"]
+
+
+# How often an update reads again after its compare-and-set found the revision moved.
+STATE_TRIES = 1000
 
 
 async def get_scope_state(uow: UnitOfWork, scope: StateScope, scope_id: str) -> ScopeState:

@@ -86,12 +86,29 @@ async def _write(
 ) -> bool:
     """The compare-and-set write of ``table``'s row of primary key ``key`` (column: value):
     a new row when ``stored_revision`` is ``None`` (nothing when there is one), else the
-    row while it is still at ``stored_revision``. ``False``: nothing written."""
+    row while it is still at ``stored_revision``. ``False``: nothing written. One
+    statement, atomic on its own (in autocommit too)."""
     if stored_revision is None:
-        stmt = insert_for(conn.dialect, table).on_conflict_do_nothing(
-            index_elements=[table.c[name] for name in key]
-        )
-        result = await conn.execute(stmt, {**key, **values})
+        inserted = insert_for(conn.dialect, table)
+        if table is session_states:
+            # Only while the session row is still this generation's, read in the statement
+            # (PostgreSQL: held ``FOR KEY SHARE`` until it commits, so a delete, which locks
+            # the session row first, runs wholly before, and this inserts nothing, or
+            # after, and deletes this row too).
+            source = select(
+                *(literal(v, type_=table.c[n].type).label(n) for n, v in {**key, **values}.items())
+            ).where(
+                sessions.c.session_key == key["session_key"],
+                sessions.c.session_id == values["session_id"],
+            )
+            if conn.dialect.name == "postgresql":
+                source = source.with_for_update(key_share=True, of=sessions)
+            stmt = inserted.from_select([*key, *values], source)
+            params: dict[str, Any] | None = None
+        else:
+            stmt, params = inserted, {**key, **values}
+        stmt = stmt.on_conflict_do_nothing(index_elements=[table.c[name] for name in key])
+        result = await conn.execute(stmt, params)
     else:
         stmt = (
             update(table)
