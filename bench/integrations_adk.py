@@ -11,10 +11,11 @@ Two workloads, each on a fresh database per store, measured in interleaved round
 Targets (issue 29): ``append_event`` <= 0.5x ``DatabaseSessionService``; ``get_session``
 of 1,000 events <= 1x it.
 
-The floor of ours, measured in the same rounds: ``append_event`` is two store transactions
-(the revision's compare-and-set ``update_state``, then ``append_message``; the store has no
-call that does both in one), so ``floor_update_state`` and ``floor_append_message`` (the
-same two calls on another session, without the integration) show what the core costs.
+The floor of ours, measured in the same rounds: ``append_event`` is two store calls (the
+revision's compare-and-set ``update_state``, a read and a conditional write in autocommit,
+then ``append_message``, one statement; the store has no call that does both in one), so
+``floor_update_state`` and ``floor_append_message`` (the same two calls on another session,
+without the integration) show what the core costs.
 """
 
 from __future__ import annotations

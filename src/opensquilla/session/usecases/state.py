@@ -1,6 +1,7 @@
-"""Session state and scoped state (docs/state.md): a read is one statement, an update one
-write transaction (the stored row read under the writers' lock, the compare-and-set, the
-merge, the conditional write).
+"""Session state and scoped state (docs/state.md): a read is one statement; a session's
+update a read and one compare-and-set statement in autocommit (read again when it lost
+its race); a scope's update one write transaction (the stored row read under the writers'
+lock, the compare-and-set, the merge, the conditional write).
 
 A session's state row belongs to one generation (its ``session_id``). A row of another
 generation (a ``session_id`` the session no longer has: written before a whole-row upsert
