@@ -215,13 +215,13 @@ def _bound(engine: Engine, plan: Plan, params: Mapping[str, Any]) -> Sequence[An
         ) from exc
 
 
-def first_row(
-    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
-) -> Any:
-    """In SQLAlchemy's greenlet: check a connection out of ``engine``'s pool, run
-    ``plan`` with ``params`` on it (``isolation_level`` set for the statement and reset
-    after, as the ``Connection`` path does for an engine's option), return the first
-    row as a tuple (``None`` for no row) and the connection to the pool."""
+@contextlib.contextmanager
+def _pool_connection(engine: Engine) -> Iterator[PoolProxiedConnection]:
+    """A connection checked out of ``engine``'s pool (a refused one raising as the
+    ``Connection`` path raises it), returned at the end; invalidated when a cancellation, a
+    timeout (asyncpg's ``command_timeout``) or a KeyboardInterrupt interrupts the work with
+    a statement in flight (its state is unknown: SQLAlchemy's Connection invalidates it on
+    the same rule)."""
     dialect = engine.dialect
     dbapi_error = dialect.loaded_dbapi.Error
     try:
@@ -239,33 +239,76 @@ def first_row(
             dialect=dialect,
         ) from exc
     try:
-        with _isolation(dialect, fairy, isolation_level):
-            values = _bound(engine, plan, params)  # a value a type cannot bind: StatementError
-            cursor = None
-            try:
-                # Opening the cursor too, as the execution context does inside the
-                # Connection's error handling.
-                cursor = fairy.cursor()
-                _before_execute(dialect, cursor)
-                for audit in DIRECT_AUDITORS:  # none outside the test suite
-                    audit(plan.sql)
-                dialect.do_execute(cursor, plan.sql, values, None)
-                row = cursor.fetchone()
-            except dbapi_error as exc:
-                _raise_driver_error(engine, fairy, cursor, exc, plan.sql, values)
-            finally:
-                if cursor is not None:
-                    cursor.close()
+        yield fairy
     except BaseException as exc:
         if is_exit_exception(exc) and fairy.is_valid:
-            # A cancellation, a timeout (asyncpg's ``command_timeout``) or a
-            # KeyboardInterrupt with the statement in flight: the connection's state is
-            # unknown. SQLAlchemy's Connection invalidates it on the same rule.
             fairy.invalidate(exc)
         raise
     finally:
         fairy.close()
+
+
+@contextlib.contextmanager
+def _run(
+    engine: Engine, fairy: PoolProxiedConnection, plan: Plan, params: Mapping[str, Any]
+) -> Iterator[Any]:
+    """``plan`` executed with ``params`` on ``fairy``: its cursor, for the rows to be
+    fetched in the block (a driver error there or in the execution raised as the
+    ``Connection`` path raises it), closed at its end."""
+    values = _bound(engine, plan, params)  # a value a type cannot bind: StatementError
+    dialect = engine.dialect
+    cursor = None
+    try:
+        # Opening the cursor too, as the execution context does inside the Connection's
+        # error handling.
+        cursor = fairy.cursor()
+        _before_execute(dialect, cursor)
+        for audit in DIRECT_AUDITORS:  # none outside the test suite
+            audit(plan.sql)
+        dialect.do_execute(cursor, plan.sql, values, None)
+        yield cursor
+    except dialect.loaded_dbapi.Error as exc:
+        _raise_driver_error(engine, fairy, cursor, exc, plan.sql, values)
+    finally:
+        if cursor is not None:
+            cursor.close()
+
+
+def first_row(
+    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
+) -> Any:
+    """In SQLAlchemy's greenlet: check a connection out of ``engine``'s pool, run
+    ``plan`` with ``params`` on it (``isolation_level`` set for the statement and reset
+    after, as the ``Connection`` path does for an engine's option), return the first
+    row as a tuple (``None`` for no row) and the connection to the pool."""
+    with (
+        _pool_connection(engine) as fairy,
+        _isolation(engine.dialect, fairy, isolation_level),
+        _run(engine, fairy, plan, params) as cursor,
+    ):
+        row = cursor.fetchone()
     return tuple(row) if row is not None else None
+
+
+def rows_in_one_hop(
+    engine: Engine, plan: Plan, params: Mapping[str, Any], *, begin: str, commit: list[Any]
+) -> list[tuple[Any, ...]]:
+    """In SQLAlchemy's greenlet, SQLite's lean adapter (``sqlite_driver``): on a pool
+    connection, ``begin`` (a BEGIN), ``plan`` with ``params`` and the COMMIT, in one call
+    on the driver's thread; every row returned, as tuples. ``commit`` is the COMMIT's token
+    (``[True, rows]``: committed only if the statement returned ``rows`` rows and the token
+    still says ``True`` when the thread reaches it); a transaction left open (fewer rows, or
+    the token called off) is rolled back before the connection goes back."""
+    with _pool_connection(engine) as fairy:
+        adapter: Any = fairy.dbapi_connection
+        adapter.defer_begin(begin)
+        adapter.commit_with_next(commit[1], token=commit)
+        try:
+            with _run(engine, fairy, plan, params) as cursor:
+                rows = [tuple(row) for row in cursor.fetchall()]
+        finally:
+            adapter.rollback()  # nothing to do (no hop) when the statement committed
+    return rows
 
 
 @contextlib.contextmanager

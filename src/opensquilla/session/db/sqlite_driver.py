@@ -176,14 +176,22 @@ def lean_dbapi() -> Any | None:
             self._pending_begin: str | None = None
             self._commit_next: list[Any] | None = None
 
-        def commit_with_next(self, rows: int | None = None) -> None:
+        def commit_with_next(
+            self, rows: int | None = None, *, token: list[Any] | None = None
+        ) -> list[Any]:
             """Commit the open transaction on the thread right after the next statement
             succeeds (and, given ``rows``, returned exactly that many rows), in the same
             call: the transaction's last statement and its COMMIT in one hop. The
             ``commit()`` that follows finds no transaction open and makes no hop of its
             own; a statement that fails (or returns another number of rows) leaves the
-            transaction open for the caller's decision."""
-            self._commit_next = [True] if rows is None else [True, rows]
+            transaction open for the caller's decision. Returns the COMMIT's token: setting
+            its first item to ``False`` before the thread reaches the COMMIT calls it off
+            (what a cancellation of the statement's caller does); ``token``: that list,
+            made by the caller (``[True]`` or ``[True, rows]``)."""
+            if token is None:
+                token = [True] if rows is None else [True, rows]
+            self._commit_next = token
+            return token
 
         def defer_begin(self, statement: str) -> None:
             """Run ``statement`` (a BEGIN) on the thread just before the next statement,
@@ -209,6 +217,9 @@ def lean_dbapi() -> Any | None:
                 super().commit()
 
     class LeanDBAPI(AsyncAdapt_aiosqlite_dbapi):
+        # What ``uow`` checks before it runs a transaction in one hop on a pool connection.
+        one_hop_transactions = True
+
         def connect(self, *arg: Any, **kw: Any) -> Any:
             connection = self.aiosqlite.connect(*arg, **kw)
             connection._thread.daemon = True

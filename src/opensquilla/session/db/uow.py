@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -46,11 +46,11 @@ from sqlalchemy.util import greenlet_spawn
 
 from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
-from .direct_statement import Plan, first_row, plan_for, refused_connection
+from .direct_statement import first_row, plan_for, refused_connection, rows_in_one_hop
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import leaves_connection_in_doubt, translate, translated_errors
-from .repos import fenced_append
+from .repos import fenced_append, transcript_batches
 from .repos.compaction_leases import LeaseRepository
 from .repos.compaction_rows import CompactionRepository
 from .repos.context_states import ContextStateRepository
@@ -139,6 +139,11 @@ class UnitOfWork:
         self._isolation_level: str | None = self._single.get_execution_options().get(
             "isolation_level"
         )
+        # SQLite's lean adapter (``sqlite_driver``): a write transaction of one statement
+        # can run in one hop on a pool connection (:meth:`append_view_batch`).
+        self._one_hop = bool(
+            getattr(engine.sync_engine.dialect.loaded_dbapi, "one_hop_transactions", False)
+        )
 
     @property
     def is_postgres(self) -> bool:
@@ -203,7 +208,11 @@ class UnitOfWork:
         if not statements_watched(engine):
             plan = plan_for(engine, stmt, tuple(params))
             if plan is not None:
-                row = await self._run_direct(plan, params)
+                row = await self._run_direct(
+                    functools.partial(
+                        first_row, engine, plan, params, isolation_level=self._isolation_level
+                    )
+                )
                 if row is None or row[0] is None:
                     if token_delta:
                         checked = functools.partial(
@@ -225,10 +234,73 @@ class UnitOfWork:
         )
         return await self._run_statement(work)
 
-    async def _run_direct(self, plan: Plan, params: dict[str, Any]) -> Any:
-        """``plan`` on the pool's DBAPI connection (``db/direct_statement.py``), in one
-        greenlet; the same lock, pool slot, run-to-its-end and error translation as
-        :meth:`_run_statement`."""
+    async def append_view_batch(
+        self,
+        entries: Sequence[TranscriptEntry],
+        *,
+        expected_epoch: int,
+        now: int,
+        token_delta: int,
+    ) -> list[tuple[int, int]] | None:
+        """SQLite with the append view (where :meth:`appends_in_one_statement`): a batch of
+        up to ``CHUNK_ROWS`` entries of one generation, without message ids, as one
+        statement in a write transaction (``transcript_batches.view_batch``): ``(id,
+        created_at)`` per entry in order, or ``None`` when the fence refused (an overflow
+        raised). While no listener watches statements, on a pool connection of the lean
+        adapter: BEGIN, the statement and the COMMIT in one call on the driver's thread
+        and one crossing into the greenlet; a cancellation of the caller calls the COMMIT
+        off if it comes before the thread reaches it, and the statement is rolled back.
+        Otherwise in :meth:`write`, the statement and the COMMIT in one hop."""
+        stmt, params = transcript_batches.view_batch(
+            entries, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
+        engine = self._writer.sync_engine
+        if self._one_hop and not statements_watched(engine):
+            plan = plan_for(engine, stmt, tuple(params))
+            if plan is not None:
+                commit: list[Any] = [True, len(entries)]
+
+                def call_off() -> None:
+                    commit[0] = False
+
+                rows = await self._run_direct(
+                    functools.partial(
+                        rows_in_one_hop,
+                        engine,
+                        plan,
+                        params,
+                        begin="BEGIN IMMEDIATE",
+                        commit=commit,
+                    ),
+                    on_cancel=call_off,
+                )
+                placed = transcript_batches.view_placed(rows, len(entries))
+                if placed is None and token_delta:
+                    checked = functools.partial(
+                        fenced_append.check_overflow,
+                        entry=entries[0],
+                        expected_epoch=expected_epoch,
+                        token_delta=token_delta,
+                    )
+                    await self._run_statement(checked)
+                return placed
+        async with self.write() as tx:
+            return await tx.transcript.append_batch(
+                entries,
+                expected_epoch=expected_epoch,
+                now=now,
+                token_delta=token_delta,
+                returning=True,
+                ends_transaction=True,
+                through_view=True,
+            )
+
+    async def _run_direct(
+        self, call: Callable[[], Any], *, on_cancel: Callable[[], None] | None = None
+    ) -> Any:
+        """``call`` (``direct_statement``'s: a statement on the pool's DBAPI connection), in
+        one greenlet; the same lock, pool slot, run-to-its-end and error translation as
+        :meth:`_run_statement` (``on_cancel``: called when a cancellation arrives)."""
         self._check_loop()
         # ``async with self._locked(...), self._pool_slot(), translated_errors():`` written
         # out: three context managers cost a tenth of the append's own Python.
@@ -240,15 +312,7 @@ class UnitOfWork:
             if slots is not None:
                 await self._acquire_slot(slots)
             try:
-                return await not_interrupted(
-                    greenlet_spawn(
-                        first_row,
-                        self._single.sync_engine,
-                        plan,
-                        params,
-                        isolation_level=self._isolation_level,
-                    )
-                )
+                return await not_interrupted(greenlet_spawn(call), on_cancel)
             except Exception as exc:
                 mapped = translate(exc)
                 if mapped is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -43,7 +43,9 @@ def pool_slots(engine: AsyncEngine) -> tuple[asyncio.Semaphore | None, float]:
     return asyncio.Semaphore(capacity), float(seconds)
 
 
-async def not_interrupted(statement: Coroutine[Any, Any, T]) -> T:
+async def not_interrupted(
+    statement: Coroutine[Any, Any, T], on_cancel: Callable[[], None] | None = None
+) -> T:
     """``await statement`` (a checkout, ``uow._run_on_connection``, a clean-up; begun with a
     pool slot held, so it never waits for the pool), where a cancellation waits for it to
     finish before it propagates.
@@ -55,11 +57,15 @@ async def not_interrupted(statement: Coroutine[Any, Any, T]) -> T:
     logged hundreds of those and threw away pooled connections. One statement is short; it
     runs to its end and hands its connection back, and the caller still gets its
     ``CancelledError`` (the append may then have been written, as when a cancellation meets
-    a COMMIT). Waiting for a slot (``UnitOfWork._pool_slot``) stays cancellable."""
+    a COMMIT). Waiting for a slot (``UnitOfWork._pool_slot``) stays cancellable.
+    ``on_cancel`` is called when the cancellation arrives, before the wait (the batch's
+    direct path: its statement then runs to its end without its COMMIT)."""
     running = asyncio.ensure_future(statement)
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
+        if on_cancel is not None:
+            on_cancel()
         while not running.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(running)

@@ -84,40 +84,36 @@ async def _write(
     expected_epoch: int,
     token_delta: int,
 ) -> None:
-    returning = _returning(uow)
     first = entries[0]
     # PostgreSQL: a batch of one chunk is one statement (the fenced touch feeding the
     # INSERT), atomic on its own: run in autocommit, no BEGIN/COMMIT round trips (a
-    # cancellation while it runs cancels it on the server). Longer ones, and SQLite's two
-    # statements, in one write transaction.
-    alone = uow.is_postgres and len(entries) <= transcript_batches.CHUNK_ROWS
+    # cancellation while it runs cancels it on the server). SQLite's batch of one chunk:
+    # one statement in a transaction of one hop. Longer ones, and a batch of message ids
+    # (checked free first), in one write transaction.
+    one_chunk = len(entries) <= transcript_batches.CHUNK_ROWS
+    alone = uow.is_postgres and one_chunk
     # SQLite with the append view: the touch inside the INSERT, one statement per chunk.
     through_view = not uow.is_postgres and await uow.appends_in_one_statement()
     try:
-        async with uow.one_statement() if alone else uow.write() as tx:
-            if ids:
-                taken = await tx.transcript.live_message_ids(
-                    first.session_id, ids, session_key=first.session_key
-                )
-                if taken:
-                    index = next(i for i, e in enumerate(entries) if e.message_id in taken)
-                    raise InvalidInputError(
-                        f"messages[{index}]: message_id is already a live entry of "
-                        f"{first.session_key} (append_message replaces an entry by id; a batch "
-                        "only adds); nothing was written"
-                    )
-            placed = await tx.transcript.append_batch(
-                entries,
-                expected_epoch=expected_epoch,
-                now=now_ms(),
-                token_delta=token_delta,
-                returning=returning,
-                # The unit of work commits right after it (SQLite: in the same hop).
-                ends_transaction=not alone,
-                through_view=through_view,
+        if through_view and one_chunk and not ids:
+            # One statement, its BEGIN and COMMIT in one hop (uow.append_view_batch); the
+            # error path only: a second unit tells the epoch from the generation.
+            placed = await uow.append_view_batch(
+                entries, expected_epoch=expected_epoch, now=now_ms(), token_delta=token_delta
             )
             if placed is None:
-                await raise_stale(tx, first, expected_epoch)
+                async with uow.read() as tx:
+                    await raise_stale(tx, first, expected_epoch)
+        else:
+            placed = await _write_transaction(
+                uow,
+                entries,
+                ids,
+                alone=alone,
+                through_view=through_view,
+                expected_epoch=expected_epoch,
+                token_delta=token_delta,
+            )
     except InvalidInputError as exc:
         bad = first_unencodable(entries)
         if bad is None or str(exc).startswith("messages["):
@@ -126,6 +122,47 @@ async def _write(
     for entry, (row_id, created_at) in zip(entries, placed, strict=True):
         entry.__dict__["id"] = row_id
         entry.__dict__["created_at"] = created_at
+
+
+async def _write_transaction(
+    uow: UnitOfWork,
+    entries: list[TranscriptEntry],
+    ids: list[str],
+    *,
+    alone: bool,
+    through_view: bool,
+    expected_epoch: int,
+    token_delta: int,
+) -> list[tuple[int, int]]:
+    """The batch in one write transaction (PostgreSQL ``alone``: in autocommit, its one
+    statement atomic by itself): the message ids checked free first, then the fenced touch
+    and the INSERTs (``tx.transcript.append_batch``)."""
+    first = entries[0]
+    async with uow.one_statement() if alone else uow.write() as tx:
+        if ids:
+            taken = await tx.transcript.live_message_ids(
+                first.session_id, ids, session_key=first.session_key
+            )
+            if taken:
+                index = next(i for i, e in enumerate(entries) if e.message_id in taken)
+                raise InvalidInputError(
+                    f"messages[{index}]: message_id is already a live entry of "
+                    f"{first.session_key} (append_message replaces an entry by id; a batch "
+                    "only adds); nothing was written"
+                )
+        placed = await tx.transcript.append_batch(
+            entries,
+            expected_epoch=expected_epoch,
+            now=now_ms(),
+            token_delta=token_delta,
+            returning=_returning(uow),
+            # The unit of work commits right after it (SQLite: in the same hop).
+            ends_transaction=not alone,
+            through_view=through_view,
+        )
+        if placed is None:
+            await raise_stale(tx, first, expected_epoch)
+    return placed
 
 
 def _returning(uow: UnitOfWork) -> bool:

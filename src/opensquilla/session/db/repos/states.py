@@ -15,6 +15,7 @@ from sqlalchemy import (
     Select,
     Table,
     Text,
+    Update,
     bindparam,
     case,
     delete,
@@ -110,16 +111,24 @@ async def _write(
         stmt = stmt.on_conflict_do_nothing(index_elements=[table.c[name] for name in key])
         result = await conn.execute(stmt, params)
     else:
-        stmt = (
-            update(table)
-            .where(
-                *(table.c[name] == value for name, value in key.items()),
-                table.c.revision == stored_revision,
-            )
-            .values(**values)
-        )
-        result = await conn.execute(stmt)
+        params = {f"w_{name}": value for name, value in (*key.items(), *values.items())}
+        params["w_stored_revision"] = stored_revision
+        result = await conn.execute(_compare_and_set(table, tuple(key), tuple(values)), params)
     return bool(result.rowcount)
+
+
+@functools.cache
+def _compare_and_set(table: Table, key: tuple[str, ...], values: tuple[str, ...]) -> Update:
+    """``UPDATE table SET values WHERE key AND revision = :w_stored_revision``, built once
+    (its binds ``w_``-prefixed: an UPDATE's bind named like a column would set it)."""
+    return (
+        update(table)
+        .where(
+            *(table.c[name] == bindparam(f"w_{name}") for name in key),
+            table.c.revision == bindparam("w_stored_revision"),
+        )
+        .values({name: bindparam(f"w_{name}", type_=table.c[name].type) for name in values})
+    )
 
 
 @functools.cache

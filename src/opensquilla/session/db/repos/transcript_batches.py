@@ -157,16 +157,27 @@ def _view_batch(rows: int) -> Insert:
     return insert(APPENDS_VIEW).values(values).returning(_ROW_ID, _ROW_CREATED_AT)
 
 
-def _view_params(
-    entries: Sequence[TranscriptEntry], expected_epoch: int, now: int, token_delta: int
-) -> dict[str, Any]:
-    """The bind parameters of :func:`_view_batch` for ``entries``."""
+def view_batch(
+    entries: Sequence[TranscriptEntry], *, expected_epoch: int, now: int, token_delta: int
+) -> tuple[Insert, dict[str, Any]]:
+    """SQLite's batch of up to :data:`CHUNK_ROWS` entries as one statement
+    (:func:`_view_batch`) and its parameters by bind name."""
     params = _row_params(entries)
     params["fence_epoch"] = expected_epoch
     params["touched_at"] = now
     params["token_delta"] = token_delta
     params["tokens_ceiling"] = INT64_MAX - token_delta
-    return params
+    return _view_batch(len(entries)), params
+
+
+def view_placed(rows: Sequence[Any], count: int) -> list[tuple[int, int]] | None:
+    """The ``(id, created_at)`` of each of ``count`` rows :func:`view_batch` returned, in
+    order, or ``None`` when the fence refused any (then nothing may commit)."""
+    placed = [(int(row[0]), int(row[1])) for row in rows if row[0] is not None]
+    if len(placed) != count:
+        return None
+    placed.sort()
+    return placed
 
 
 @functools.lru_cache(maxsize=CHUNK_ROWS + 1)
@@ -235,14 +246,13 @@ def append_batch(
     if through_view and len(chunks) == 1:
         if ends_transaction:
             _commit_with_next(conn, len(entries))
-        stmt = _view_batch(len(entries))
-        rows = execute_compiled(conn, stmt, _view_params(entries, expected_epoch, now, token_delta))
-        found = [(int(r[0]), int(r[1])) for r in rows.all() if r[0] is not None]
-        if len(found) != len(entries):  # refused: not committed; the caller rolls back
-            if token_delta:
-                _refuse_overflow(conn, params, token_delta)
-            return None
-        return sorted(found)
+        stmt, bound = view_batch(
+            entries, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
+        placed_rows = view_placed(execute_compiled(conn, stmt, bound).all(), len(entries))
+        if placed_rows is None and token_delta:  # not committed: the caller rolls back
+            _refuse_overflow(conn, params, token_delta)
+        return placed_rows
     touch = _TOUCH_WITH_TOKENS if token_delta else _TOUCH
     if not conn.execute(touch, params).rowcount:
         if token_delta:
@@ -411,4 +421,4 @@ class TranscriptBatches:
         return bool((await self.conn.execute(_any_live(dialect), {"row_key": key})).scalar())
 
 
-__all__ = ["CHUNK_ROWS", "TranscriptBatches", "append_batch"]
+__all__ = ["CHUNK_ROWS", "TranscriptBatches", "append_batch", "view_batch", "view_placed"]
