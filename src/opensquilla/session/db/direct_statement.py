@@ -290,6 +290,29 @@ def first_row(
     return tuple(row) if row is not None else None
 
 
+def returned_or_probed(
+    engine: Engine,
+    plan: Plan,
+    probe: Plan,
+    params: Mapping[str, Any],
+    *,
+    isolation_level: str | None,
+) -> tuple[list[tuple[Any, ...]], tuple[str, ...], bool]:
+    """In SQLAlchemy's greenlet, as :func:`first_row`: ``plan`` (a statement returning
+    rows) and, when it returned none, ``probe`` (a one-value SELECT, with the same
+    ``params``) on the same pool connection. Its rows as the driver returned them, their
+    column names, and ``True`` when it returned rows, else the probe's value as a bool."""
+    with _pool_connection(engine) as fairy, _isolation(engine.dialect, fairy, isolation_level):
+        with _run(engine, fairy, plan, params) as cursor:
+            rows = [tuple(row) for row in cursor.fetchall()]
+            keys = tuple(column[0] for column in cursor.description)
+        if rows:
+            return rows, keys, True
+        with _run(engine, fairy, probe, params) as cursor:
+            found = cursor.fetchone()
+    return rows, keys, bool(found is not None and found[0])
+
+
 def rows_in_one_hop(
     engine: Engine, plan: Plan, params: Mapping[str, Any], *, begin: str, commit: list[Any]
 ) -> list[tuple[Any, ...]]:

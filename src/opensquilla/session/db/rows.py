@@ -179,6 +179,15 @@ def to_model(model: type[M], row: Row[Any], dialect_name: str) -> M:
     return model.from_rows((row,), keys, _json_converters(keys, dialect_name))[0]
 
 
+def models_of_rows(
+    model: type[M], dialect_name: str, rows: list[tuple[Any, ...]], keys: tuple[str, ...]
+) -> list[M]:
+    """Rows the driver returned (columns ``keys``, a ``select_rows``-shaped read of
+    ``model``'s table), as :func:`to_models` makes them: for a statement run on the pool's
+    DBAPI connection (``db/direct_statement.py``)."""
+    return model.from_rows(rows, keys, driver_converters(model, keys, dialect_name), None)
+
+
 def to_models(
     model: type[M],
     dialect_name: str,

@@ -46,7 +46,13 @@ from sqlalchemy.util import greenlet_spawn
 
 from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
-from .direct_statement import first_row, plan_for, refused_connection, rows_in_one_hop
+from .direct_statement import (
+    first_row,
+    plan_for,
+    refused_connection,
+    returned_or_probed,
+    rows_in_one_hop,
+)
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import leaves_connection_in_doubt, translate, translated_errors
@@ -63,6 +69,7 @@ from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
 from .routing import store_statements
+from .rows import models_of_rows
 from .statement_watch import own_listeners, statements_watched, view_listeners
 from .uow_slots import discard_cancelled, not_interrupted, pool_slots
 
@@ -233,6 +240,36 @@ class UnitOfWork:
             token_delta=token_delta,
         )
         return await self._run_statement(work)
+
+    async def pop_newest(self, key: str) -> tuple[TranscriptEntry | None, bool]:
+        """The pop (``transcript_batches.pop_statement``) as one statement in autocommit,
+        with the in-process write lock: the entry deleted and whether the generation had a
+        live row (``(None, True)``: a concurrent pop took the row this one chose; ``(None,
+        False)``: none left, or no session), read on the same connection when the pop
+        returned nothing. On the pool's DBAPI connection while nothing watches statements,
+        as :meth:`append_in_one_statement`."""
+        dialect = self.backend
+        params = {"row_key": key}
+        engine = self._single.sync_engine
+        if not statements_watched(engine):
+            plan = plan_for(engine, transcript_batches.pop_statement(dialect), ("row_key",))
+            probe = plan_for(engine, transcript_batches.any_live_statement(dialect), ("row_key",))
+            if plan is not None and probe is not None:
+                rows, keys, live = await self._run_direct(
+                    functools.partial(
+                        returned_or_probed,
+                        engine,
+                        plan,
+                        probe,
+                        params,
+                        isolation_level=self._isolation_level,
+                    )
+                )
+                popped = models_of_rows(TranscriptEntry, dialect, rows, keys)
+                return (popped[0] if popped else None), live
+        async with self.one_statement() as tx:
+            entry = await tx.transcript.pop_newest(key)
+            return entry, entry is not None or await tx.transcript.has_live(key)
 
     async def append_view_batch(
         self,

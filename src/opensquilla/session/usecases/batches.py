@@ -178,12 +178,9 @@ async def pop_message(uow: UnitOfWork, key: CanonicalKey) -> TranscriptEntry | N
     if not _returning(uow):
         return await _pop_without_returning(uow, key)
     for _ in range(POP_TRIES):
-        async with uow.one_statement() as tx:
-            popped = await tx.transcript.pop_newest(key)
-            if popped is not None:
-                return popped
-            if not await tx.transcript.has_live(key):
-                return None
+        popped, live = await uow.pop_newest(key)
+        if popped is not None or not live:
+            return popped
         await asyncio.sleep(0)  # a concurrent pop took the row: let it finish
     raise StaleEpochError(f"pop_message on {key} lost every race for {POP_TRIES} tries")
 

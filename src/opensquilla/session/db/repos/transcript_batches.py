@@ -324,7 +324,9 @@ def _newest_id(dialect: str) -> Any:
 
 
 @functools.cache
-def _pop(dialect: str) -> Any:
+def pop_statement(dialect: str) -> Any:
+    """The pop: the newest live row of ``:row_key``'s current generation deleted and
+    returned (:func:`read_columns`), in one statement."""
     return (
         delete(live)
         .where(live.c.session_key == bindparam("row_key"), live.c.id == _newest_id(dialect))
@@ -345,7 +347,8 @@ def _delete_by_id(dialect: str) -> Any:
 
 
 @functools.cache
-def _any_live(dialect: str) -> Any:
+def any_live_statement(dialect: str) -> Any:
+    """Whether ``:row_key``'s current generation has a live row, one value."""
     return select(exists().where(*_of_current_generation(dialect)))
 
 
@@ -398,7 +401,7 @@ class TranscriptBatches:
         row, no session, or a concurrent pop took the row this one chose: see
         :meth:`has_live`)."""
         dialect = self.conn.dialect.name
-        result = await self.conn.execute(_pop(dialect), {"row_key": key})
+        result = await self.conn.execute(pop_statement(dialect), {"row_key": key})
         rows = to_models(TranscriptEntry, dialect, result)
         return rows[0] if rows else None
 
@@ -418,7 +421,17 @@ class TranscriptBatches:
     async def has_live(self, key: str) -> bool:
         """Whether ``key``'s current generation has a live row (read now)."""
         dialect = self.conn.dialect.name
-        return bool((await self.conn.execute(_any_live(dialect), {"row_key": key})).scalar())
+        return bool(
+            (await self.conn.execute(any_live_statement(dialect), {"row_key": key})).scalar()
+        )
 
 
-__all__ = ["CHUNK_ROWS", "TranscriptBatches", "append_batch", "view_batch", "view_placed"]
+__all__ = [
+    "CHUNK_ROWS",
+    "TranscriptBatches",
+    "any_live_statement",
+    "append_batch",
+    "pop_statement",
+    "view_batch",
+    "view_placed",
+]
