@@ -92,3 +92,56 @@ async def test_a_recently_used_connection_the_server_closed_is_replaced(
         assert pings == [";"]
         assert [e.content for e in await manager.get_transcript(KEY)] == ["before", "after"]
         assert entry.id is not None
+
+
+class _ReadOnce(asyncio.Protocol):
+    """Between asyncpg's protocol and its transport: forwards what arrives, then stops the
+    transport reading, so that the close that follows stays unread."""
+
+    def __init__(self, inner: Any, transport: Any) -> None:
+        self.inner, self.transport, self.read = inner, transport, asyncio.Event()
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+        self.transport.pause_reading()
+        self.read.set()
+
+    def eof_received(self) -> bool | None:
+        return bool(self.inner.eof_received())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inner.connection_lost(exc)
+
+
+async def test_a_recently_used_connection_whose_close_is_still_unread_is_replaced(
+    database: str, clock: Clock, pings: list[str]
+) -> None:
+    """The server terminates the backend of a connection used a moment ago, and the event
+    loop reads its FATAL notice but not yet the close (asyncpg's protocol is then in an
+    error state, ``is_closed()`` still false): the socket shows the unread close, so the
+    checkout pings, the ping fails, and the pool replaces the connection before the append
+    runs (without the socket's check the append itself failed: "another operation is in
+    progress")."""
+    async with SessionStorage(database, pool_size=1, max_overflow=0) as storage:
+        manager = SessionManager(storage, inject_time_prefix=False)
+        await manager.create(KEY)
+        await manager.append_message(KEY, "user", "before")
+        async with storage.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver: Any = raw.driver_connection
+            pid = driver.get_server_pid()
+        transport = driver._transport
+        between = _ReadOnce(transport.get_protocol(), transport)
+        transport.set_protocol(between)
+        admin = await asyncpg.connect(database.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+        await asyncio.wait_for(between.read.wait(), HANG_GUARD)  # the FATAL notice, read
+        assert not driver.is_closed()  # its close is not read
+        pings.clear()
+        entry = await manager.append_message(KEY, "user", "after")
+        assert pings == [";", ";"]  # the dead one's, then its replacement's
+        assert [e.content for e in await manager.get_transcript(KEY)] == ["before", "after"]
+        assert entry.id is not None

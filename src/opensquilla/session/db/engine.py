@@ -14,6 +14,7 @@ Postgres: asyncpg, a one-round-trip liveness ping on the checkout of a connectio
 from __future__ import annotations
 
 import asyncio
+import select
 import sqlite3
 import time
 import uuid
@@ -205,8 +206,10 @@ def _ping_on_checkout(engine: AsyncEngine) -> None:
     The ping was one of the append's two round trips (bench/tails.py). A connection checked
     in less than ``PING_AFTER_IDLE_S`` ago skips it: the server closing it (a restart, a
     terminated backend) closes its socket, which the driver has seen by then
-    (``is_closed()``, checked on every checkout, no round trip); what only a round trip
-    would find (a silent network failure) a ping finds no better, it hangs alike.
+    (``is_closed()``, checked on every checkout, no round trip), or, if the event loop has
+    not read all of it yet, which its socket shows (:func:`_unread_input`: pinged then);
+    what only a round trip would find (a silent network failure) a ping finds no better,
+    it hangs alike.
     """
 
     driver_of = engine.sync_engine.dialect.get_driver_connection
@@ -222,12 +225,34 @@ def _ping_on_checkout(engine: AsyncEngine) -> None:
         if driver.is_closed():
             raise DisconnectionError("connection lost: closed by the server")
         idle = record.info.pop(_IDLE_SINCE, None)
-        if idle is not None and idle[0] is driver and _monotonic() - idle[1] < PING_AFTER_IDLE_S:
+        if (
+            idle is not None
+            and idle[0] is driver
+            and _monotonic() - idle[1] < PING_AFTER_IDLE_S
+            and not _unread_input(driver)
+        ):
             return
         try:
             dbapi_connection.run_async(lambda connection: connection.fetchrow(";"))
         except Exception as exc:
             raise DisconnectionError(f"connection lost: {type(exc).__name__}") from exc
+
+
+def _unread_input(driver: Any) -> bool:
+    """Whether the server sent an idle connection anything the event loop has not read
+    yet (no round trip: one ``poll`` of its socket). A terminated backend sends its FATAL
+    notice, then closes: asyncpg may have read the notice, which puts its protocol in an
+    error state where the next statement fails ("another operation is in progress"), and
+    not yet the close, so ``is_closed()`` still says open; the close is what is unread
+    then. ``True`` (ping) when the socket cannot be polled here."""
+    transport = getattr(driver, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    poll = getattr(select, "poll", None)
+    if sock is None or poll is None:
+        return True
+    poller = poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 SQLITE_LOWER_FUNCTION = "py_lower"
