@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import sqlite_driver
@@ -75,33 +76,23 @@ async def test_a_longer_batch_commits_with_its_last_insert(
     assert [e.content for e in await manager.get_transcript(KEY)] == ["warm", "m0", "m1", "m2"]
 
 
-async def test_the_last_insert_commits_in_its_own_hop(
-    manager: SessionManager, storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await manager.create(KEY)
-    folded: list[str] = []
-    run_one = sqlite_driver._run_one
-
-    def watched(conn: Any, operation: str, parameters: Any, begin: Any, commit: Any) -> Any:
-        if commit is not None:
-            folded.append(operation.split()[0])
-        outcome = run_one(conn, operation, parameters, begin, commit)
-        if commit is not None:
-            assert not conn.in_transaction  # committed in this call
-        return outcome
-
-    monkeypatch.setattr(sqlite_driver, "_run_one", watched)
-    entries = await manager.append_messages(KEY, BATCH)
-    assert folded == ["INSERT"]
-    assert [e.content for e in await manager.get_transcript(KEY)] == ["m0", "m1", "m2"]
-    assert [e.id for e in entries] == [e.id for e in await manager.get_transcript(KEY)]
-
-
+@pytest.mark.parametrize("chunk_rows", [None, 2], ids=["one-chunk", "chunks"])
 async def test_a_batch_cancelled_while_its_last_insert_runs_leaves_nothing(
-    manager: SessionManager, storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
+    manager: SessionManager,
+    storage: SessionStorage,
+    monkeypatch: pytest.MonkeyPatch,
+    chunk_rows: int | None,
 ) -> None:
+    """One chunk: the batch's one hop on a pool connection (``uow.append_view_batch``), its
+    COMMIT called off through its token and the statement rolled back, the connection kept
+    (not invalidated). Chunks: the write transaction's last INSERT, through a
+    ``Connection``, the unit of work rolling back."""
+    if chunk_rows is not None:
+        monkeypatch.setattr(transcript_batches, "CHUNK_ROWS", chunk_rows)
     await manager.create(KEY)
     await manager.append_message(KEY, "user", "kept")
+    invalidated: list[Any] = []
+    event.listen(storage.engine.sync_engine.pool, "invalidate", lambda *a: invalidated.append(a))
     before = await table_snapshot(storage)
     loop = asyncio.get_running_loop()
     task: asyncio.Task[Any] | None = None
@@ -130,3 +121,5 @@ async def test_a_batch_cancelled_while_its_last_insert_runs_leaves_nothing(
     assert await table_snapshot(storage) == before
     await manager.append_messages(KEY, BATCH)  # the connection is fine afterwards
     assert [e.content for e in await manager.get_transcript(KEY)] == ["kept", "m0", "m1", "m2"]
+    if chunk_rows is None:
+        assert invalidated == []

@@ -2,19 +2,16 @@
 (``uow.append_view_batch``, ``direct_statement.rows_in_one_hop``) while nothing listens
 for statements, and through a ``Connection`` (the same statement, its COMMIT in the same
 hop) once a listener is attached, even after the store connected. Both give the same rows;
-a driver error, a refused fence and a cancellation leave nothing, and the connection goes
-back to the pool usable (or, after a cancellation met the statement, rolled back)."""
+a driver error leaves nothing and the connection usable (a cancellation:
+tests/storage/test_batch_commit_hop.py; a refused fence and an overflow:
+tests/manager/test_batches_and_pops.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
-import time
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from opensquilla.session import SessionManager, SessionStorage
 from opensquilla.session.db import sqlite_driver
@@ -89,46 +86,4 @@ async def test_a_driver_error_leaves_nothing_and_the_connection_usable(
     assert await table_snapshot(storage) == before
     await manager.append_messages(KEY, BATCH)
     assert taken == [4]  # the failed one raised before it returned
-    assert [c for c, _ in await _written(manager)] == ["kept", "m0", "m1", "m2", "m3"]
-
-
-async def test_a_cancellation_before_the_commit_leaves_nothing_on_a_usable_connection(
-    manager: SessionManager, storage: SessionStorage, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The caller is cancelled while the hop runs on the driver's thread, before its
-    COMMIT: the COMMIT is called off, the statement rolled back, and the connection
-    goes back to the pool valid (no invalidation: the next batch reuses it)."""
-    await manager.create(KEY)
-    await manager.append_message(KEY, "user", "kept")
-    taken = _one_hops(monkeypatch)
-    before = await table_snapshot(storage)
-    loop = asyncio.get_running_loop()
-    task: asyncio.Task[Any] | None = None
-    run_one = sqlite_driver._run_one
-    invalidated: list[Any] = []
-
-    def cancelled_meanwhile(
-        conn: Any, operation: str, parameters: Any, begin: Any, commit: Any
-    ) -> Any:
-        if commit is not None:
-            assert task is not None
-            loop.call_soon_threadsafe(task.cancel)
-            deadline = time.monotonic() + 30
-            while commit[0] and time.monotonic() < deadline:
-                time.sleep(0.001)
-            assert not commit[0]  # called off before the thread's COMMIT
-            assert threading.current_thread() is not threading.main_thread()
-        return run_one(conn, operation, parameters, begin, commit)
-
-    monkeypatch.setattr(sqlite_driver, "_run_one", cancelled_meanwhile)
-    pool = storage.engine.sync_engine.pool
-    event.listen(pool, "invalidate", lambda *a: invalidated.append(a))
-    task = asyncio.ensure_future(manager.append_messages(KEY, BATCH))
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    monkeypatch.setattr(sqlite_driver, "_run_one", run_one)
-    assert await table_snapshot(storage) == before
-    await manager.append_messages(KEY, BATCH)
-    assert invalidated == []
-    assert taken == [4, 4]  # both ran in one hop; the first one's rows were not committed
     assert [c for c, _ in await _written(manager)] == ["kept", "m0", "m1", "m2", "m3"]
