@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.util import await_only
 
 from opensquilla.session import (
     SessionManager,
@@ -19,10 +20,12 @@ from opensquilla.session import (
     SessionStorage,
     StaleStateError,
 )
+from opensquilla.session.db import uow as uow_module
 from opensquilla.session.db.repos.states import SessionStateRepository, session_states
 from opensquilla.session.errors import InvalidInputError, SessionStoreError
 from opensquilla.session.models import state as state_model
 from opensquilla.session.usecases import state as state_usecase
+from tests.storage.direct_paths import force_path
 
 KEY = "agent:main:stateful"
 EXACT: dict[str, Any] = {
@@ -189,19 +192,45 @@ async def test_depth_and_size_are_bounded(
 def held_state_write(monkeypatch: pytest.MonkeyPatch) -> dict[str, asyncio.Event]:
     """Once ``armed`` is set, the next state write (of any storage) waits, its read done
     and its compare-and-set not yet sent, until ``release`` is set; ``entered`` tells it
-    is there."""
+    is there. On both paths: the pool connection's (its write decided in SQLAlchemy's
+    greenlet, which awaits the event there) and the ``Connection``'s (the repository's
+    write)."""
     events = {"armed": asyncio.Event(), "entered": asyncio.Event(), "release": asyncio.Event()}
+
+    def take() -> bool:
+        if not events["armed"].is_set():
+            return False
+        events["armed"].clear()
+        events["entered"].set()
+        return True
+
     original = SessionStateRepository.write
 
     async def write(self: SessionStateRepository, *args: Any, **kwargs: Any) -> bool:
-        if events["armed"].is_set():
-            events["armed"].clear()
-            events["entered"].set()
+        if take():
             await events["release"].wait()
         return await original(self, *args, **kwargs)
 
+    direct = uow_module.read_then_write
+
+    def read_then_write(engine: Any, read: Any, params: Any, decide: Any, **kwargs: Any) -> Any:
+        def held(row: Any) -> Any:
+            if take():
+                await_only(events["release"].wait())
+            return decide(row)
+
+        return direct(engine, read, params, held, **kwargs)
+
     monkeypatch.setattr(SessionStateRepository, "write", write)
+    monkeypatch.setattr(uow_module, "read_then_write", read_then_write)
     return events
+
+
+@pytest.fixture(params=[True, False], ids=["direct", "connection"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Both paths of an update: the pool connection's, and the ``Connection``'s forced."""
+    force_path(monkeypatch, request.param)
+    return bool(request.param)
 
 
 @pytest.mark.parametrize("first_write", [True, False], ids=["insert", "update"])
@@ -210,6 +239,7 @@ async def test_two_concurrent_compare_and_sets_of_one_revision_exactly_one_wins(
     other: SessionManager,
     held_state_write: dict[str, asyncio.Event],
     first_write: bool,
+    path: bool,
 ) -> None:
     """Both read the same revision; the first's write is held until the second's has
     committed (no lock makes the second wait): the first's compare-and-set then finds the
@@ -230,7 +260,10 @@ async def test_two_concurrent_compare_and_sets_of_one_revision_exactly_one_wins(
 
 
 async def test_concurrent_updates_without_a_revision_lose_nothing(
-    manager: SessionManager, other: SessionManager, held_state_write: dict[str, asyncio.Event]
+    manager: SessionManager,
+    other: SessionManager,
+    held_state_write: dict[str, asyncio.Event],
+    path: bool,
 ) -> None:
     """The first update is held after its read while three others commit: its
     compare-and-set finds the revision moved, reads again and merges into what they wrote;

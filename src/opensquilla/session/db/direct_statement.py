@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Dialect, Engine
@@ -44,6 +44,7 @@ from .statement_watch import DIRECT_AUDITORS
 # The drivers whose DBAPI adapters this module knows (what their execution contexts do
 # around a statement is done here too); any other takes the Connection path.
 DRIVERS = frozenset({"aiosqlite", "asyncpg"})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +312,31 @@ def returned_or_probed(
         with _run(engine, fairy, probe, params) as cursor:
             found = cursor.fetchone()
     return rows, keys, bool(found is not None and found[0])
+
+
+def read_then_write(
+    engine: Engine,
+    read: Plan,
+    params: Mapping[str, Any],
+    decide: Callable[[tuple[Any, ...] | None], tuple[Plan, Mapping[str, Any], T]],
+    *,
+    isolation_level: str | None,
+    tries: int,
+) -> T | None:
+    """In SQLAlchemy's greenlet, as :func:`first_row`, on one pool connection in
+    autocommit: ``read`` (its first row as the driver returned it, or ``None``), then the
+    write ``decide`` makes of it (a conditional statement, its parameters, and what to
+    return when it changed a row); a write that changed no row reads again, ``tries`` times
+    in all: ``None`` then. What ``decide`` raises propagates, nothing written."""
+    with _pool_connection(engine) as fairy, _isolation(engine.dialect, fairy, isolation_level):
+        for _ in range(tries):
+            with _run(engine, fairy, read, params) as cursor:
+                row = cursor.fetchone()
+            write, values, outcome = decide(tuple(row) if row is not None else None)
+            with _run(engine, fairy, write, values) as cursor:
+                if cursor.rowcount:
+                    return outcome
+    return None
 
 
 def rows_in_one_hop(

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -49,6 +49,7 @@ from ..models import TranscriptEntry
 from .direct_statement import (
     first_row,
     plan_for,
+    read_then_write,
     refused_connection,
     returned_or_probed,
     rows_in_one_hop,
@@ -56,7 +57,7 @@ from .direct_statement import (
 from .dsn import StorageTarget
 from .engine import BEGIN_OPTION
 from .errors import leaves_connection_in_doubt, translate, translated_errors
-from .repos import fenced_append, transcript_batches
+from .repos import fenced_append, states, transcript_batches
 from .repos.compaction_leases import LeaseRepository
 from .repos.compaction_rows import CompactionRepository
 from .repos.context_states import ContextStateRepository
@@ -64,7 +65,7 @@ from .repos.overview import OverviewRepository
 from .repos.search import SearchRepository
 from .repos.session_archives import ArchiveRepository
 from .repos.sessions import SessionRepository
-from .repos.states import ScopeStateRepository, SessionStateRepository
+from .repos.states import ScopeStateRepository, SessionStateRepository, StoredState
 from .repos.summaries import SummaryRepository
 from .repos.transcript import TranscriptRepository
 from .repos.transfer import TransferRepository
@@ -240,6 +241,54 @@ class UnitOfWork:
             token_delta=token_delta,
         )
         return await self._run_statement(work)
+
+    async def update_session_state(
+        self,
+        key: str,
+        next_write: Callable[[tuple[str, StoredState | None] | None], Mapping[str, Any]],
+        *,
+        tries: int,
+    ) -> int | None:
+        """A compare-and-set of ``key``'s session state in autocommit, no transaction: the
+        row read (``(session_id, stored state or None)``, ``None`` without a session), the
+        write ``next_write`` makes of it (``session_id``, ``state``, ``revision``, ``now``,
+        ``stored_revision``: ``tx.session_states.write``'s), and, when that write found the
+        revision moved, a read again, ``tries`` times: the new revision, or ``None`` when
+        every try lost its race. What ``next_write`` raises propagates, nothing written.
+        With the in-process write lock; the read and the writes on the pool's DBAPI
+        connection in one greenlet while nothing watches statements, else through a
+        ``Connection``."""
+        dialect = self.backend
+        engine = self._single.sync_engine
+        if not statements_watched(engine):
+            read = plan_for(engine, states.session_state_read(dialect), ("session_key",))
+            if read is not None:
+
+                def decide(row: tuple[Any, ...] | None) -> tuple[Any, Mapping[str, Any], int]:
+                    write = next_write(states.found_of_row(row))
+                    stmt, params = states.session_state_write(dialect, key, **write)
+                    plan = plan_for(engine, stmt, tuple(params))
+                    if plan is None:  # pragma: no cover - the store's own statements plan
+                        raise AssertionError(f"no direct plan for {stmt}")
+                    return plan, params, int(write["revision"])
+
+                return await self._run_direct(  # type: ignore[no-any-return]
+                    functools.partial(
+                        read_then_write,
+                        engine,
+                        read,
+                        {"session_key": key},
+                        decide,
+                        isolation_level=self._isolation_level,
+                        tries=tries,
+                    )
+                )
+        async with self.one_statement() as tx:
+            for _ in range(tries):
+                write = next_write(await tx.session_states.read(key))
+                if await tx.session_states.write(key, **write):
+                    return int(write["revision"])
+        return None
 
     async def pop_newest(self, key: str) -> tuple[TranscriptEntry | None, bool]:
         """The pop (``transcript_batches.pop_statement``) as one statement in autocommit,

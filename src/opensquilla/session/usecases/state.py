@@ -68,6 +68,12 @@ class _StateWrite(TypedDict):
     stored_revision: int | None
 
 
+class _SessionStateWrite(_StateWrite):
+    """A session's state write: :class:`_StateWrite` and the generation it is for."""
+
+    session_id: str
+
+
 def _next(
     stored: StoredState | None, session_id: str | None, change: StateChange, target: str
 ) -> _StateWrite:
@@ -119,15 +125,18 @@ async def update_state(uow: UnitOfWork, key: CanonicalKey, change: StateChange) 
     that generation's). A write that found the revision moved (another writer, a reset, a
     delete) reads again, and ``expected_revision`` is checked against what it reads."""
     target = f"session {key!r}"
-    async with uow.one_statement() as tx:
-        for _ in range(STATE_TRIES):
-            found = await tx.session_states.read(key)
-            if found is None:
-                raise SessionNotFoundError(f"Session not found: {key}; nothing was written")
-            session_id, stored = found
-            write = _next(stored, session_id, change, target)
-            if await tx.session_states.write(key, session_id=session_id, **write):
-                return write["revision"]
+
+    def next_write(found: tuple[str, StoredState | None] | None) -> _SessionStateWrite:
+        if found is None:
+            raise SessionNotFoundError(f"Session not found: {key}; nothing was written")
+        session_id, stored = found
+        return _SessionStateWrite(
+            session_id=session_id, **_next(stored, session_id, change, target)
+        )
+
+    revision = await uow.update_session_state(key, next_write, tries=STATE_TRIES)
+    if revision is not None:
+        return revision
     # Every try lost its race (a thousand writers in between): in turn with the others,
     # in a write transaction that takes the writers' lock.
     async with uow.write() as tx:

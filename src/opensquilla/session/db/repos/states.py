@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..sql import insert_for, lock_key
 from ..tables import sessions
-from ..types import JSONText
+from ..types import JSONText, loads_json_text
 from .repository import Repository
 
 # Not among the five tables: their own metadata, so export, import, retention and the drift
@@ -89,32 +89,51 @@ async def _write(
     a new row when ``stored_revision`` is ``None`` (nothing when there is one), else the
     row while it is still at ``stored_revision``. ``False``: nothing written. One
     statement, atomic on its own (in autocommit too)."""
+    stmt, params = write_statement(conn.dialect.name, table, key, values, stored_revision)
+    return bool((await conn.execute(stmt, params)).rowcount)
+
+
+def write_statement(
+    dialect_name: str,
+    table: Table,
+    key: dict[str, str],
+    values: dict[str, Any],
+    stored_revision: int | None,
+) -> tuple[Any, dict[str, Any]]:
+    """:func:`_write`'s statement (built once per shape) and its parameters by bind name."""
+    params = {f"w_{name}": value for name, value in (*key.items(), *values.items())}
     if stored_revision is None:
-        inserted = insert_for(conn.dialect, table)
-        if table is session_states:
-            # Only while the session row is still this generation's, read in the statement
-            # (PostgreSQL: held ``FOR KEY SHARE`` until it commits, so a delete, which locks
-            # the session row first, runs wholly before, and this inserts nothing, or
-            # after, and deletes this row too).
-            source = select(
-                *(literal(v, type_=table.c[n].type).label(n) for n, v in {**key, **values}.items())
-            ).where(
-                sessions.c.session_key == key["session_key"],
-                sessions.c.session_id == values["session_id"],
-            )
-            if conn.dialect.name == "postgresql":
-                source = source.with_for_update(key_share=True, of=sessions)
-            stmt = inserted.from_select([*key, *values], source)
-            params: dict[str, Any] | None = None
-        else:
-            stmt, params = inserted, {**key, **values}
-        stmt = stmt.on_conflict_do_nothing(index_elements=[table.c[name] for name in key])
-        result = await conn.execute(stmt, params)
+        return _first_write(dialect_name, table, tuple(key), tuple(values)), params
+    params["w_stored_revision"] = stored_revision
+    return _compare_and_set(table, tuple(key), tuple(values)), params
+
+
+def _bound_as(table: Table, name: str) -> Any:
+    return bindparam(f"w_{name}", type_=table.c[name].type)
+
+
+@functools.cache
+def _first_write(
+    dialect_name: str, table: Table, key: tuple[str, ...], values: tuple[str, ...]
+) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` of a new row (binds ``w_``-prefixed). A
+    session's state only while the session row is still the state's generation, read in
+    the statement (PostgreSQL: held ``FOR KEY SHARE`` until it commits, so a delete,
+    which locks the session row first, runs wholly before, and this inserts nothing, or
+    after, and deletes this row too)."""
+    inserted = insert_for(dialect_name, table)
+    names = (*key, *values)
+    if table is session_states:
+        source = select(*(_bound_as(table, name).label(name) for name in names)).where(
+            sessions.c.session_key == _bound_as(table, "session_key"),
+            sessions.c.session_id == _bound_as(table, "session_id"),
+        )
+        if dialect_name == "postgresql":
+            source = source.with_for_update(key_share=True, of=sessions)
+        stmt = inserted.from_select(list(names), source)
     else:
-        params = {f"w_{name}": value for name, value in (*key.items(), *values.items())}
-        params["w_stored_revision"] = stored_revision
-        result = await conn.execute(_compare_and_set(table, tuple(key), tuple(values)), params)
-    return bool(result.rowcount)
+        stmt = inserted.values({name: _bound_as(table, name) for name in names})
+    return stmt.on_conflict_do_nothing(index_elements=[table.c[name] for name in key])
 
 
 @functools.cache
@@ -127,7 +146,7 @@ def _compare_and_set(table: Table, key: tuple[str, ...], values: tuple[str, ...]
             *(table.c[name] == bindparam(f"w_{name}") for name in key),
             table.c.revision == bindparam("w_stored_revision"),
         )
-        .values({name: bindparam(f"w_{name}", type_=table.c[name].type) for name in values})
+        .values({name: _bound_as(table, name) for name in values})
     )
 
 
@@ -155,6 +174,40 @@ def _session_and_state(dialect_name: str, locked: bool) -> Select[Any]:
     if locked and dialect_name == "postgresql":
         query = query.with_for_update(key_share=True, of=sessions)
     return query
+
+
+def session_state_read(dialect_name: str) -> Select[Any]:
+    """The read of :meth:`SessionStateRepository.read` (unlocked), bound by
+    ``session_key``: for a read on the pool's DBAPI connection (``uow``)."""
+    return _session_and_state(dialect_name, False)
+
+
+def found_of_row(row: tuple[Any, ...] | None) -> tuple[str, StoredState | None] | None:
+    """:func:`session_state_read`'s row as the driver returned it (its JSON text not yet
+    decoded), as :meth:`SessionStateRepository.read` returns it."""
+    if row is None:
+        return None
+    session_id, state_session_id, state, revision, updated_at = row
+    if revision is None:
+        return str(session_id), None
+    stored = StoredState(state_session_id, loads_json_text(state), int(revision), int(updated_at))
+    return str(session_id), stored
+
+
+def session_state_write(
+    dialect_name: str,
+    session_key: str,
+    *,
+    session_id: str,
+    state: dict[str, Any],
+    revision: int,
+    now: int,
+    stored_revision: int | None,
+) -> tuple[Any, dict[str, Any]]:
+    """:meth:`SessionStateRepository.write`'s statement and parameters."""
+    values = {"session_id": session_id, "state": state, "revision": revision, "updated_at": now}
+    key = {"session_key": session_key}
+    return write_statement(dialect_name, session_states, key, values, stored_revision)
 
 
 class SessionStateRepository(Repository):
@@ -193,14 +246,16 @@ class SessionStateRepository(Repository):
         ``stored_revision`` is ``None``, else the row while it is still at
         ``stored_revision`` (the compare-and-set in the statement itself). ``False``:
         nothing written (another writer's row, or its revision moved)."""
-        values = {
-            "session_id": session_id,
-            "state": state,
-            "revision": revision,
-            "updated_at": now,
-        }
-        key = {"session_key": session_key}
-        return await _write(self.conn, session_states, key, values, stored_revision)
+        stmt, params = session_state_write(
+            self.conn.dialect.name,
+            session_key,
+            session_id=session_id,
+            state=state,
+            revision=revision,
+            now=now,
+            stored_revision=stored_revision,
+        )
+        return bool((await self.conn.execute(stmt, params)).rowcount)
 
     async def restart(
         self, session_key: str, *, old_session_id: str, new_session_id: str, now: int
