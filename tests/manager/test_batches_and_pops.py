@@ -13,10 +13,12 @@ import pytest
 from sqlalchemy import event
 
 from opensquilla.session import MessageInput, SessionManager, SessionStorage
+from opensquilla.session.db import uow as uow_module
 from opensquilla.session.db.repos import fenced_append, transcript_batches
 from opensquilla.session.errors import InvalidInputError
 from opensquilla.session.models import TranscriptEntry
 from tests.helpers import table_snapshot
+from tests.storage.direct_paths import force_path
 
 from .primitives_support import BATCH_INSERT, arrivals, holding, on_statement, statements
 
@@ -298,22 +300,42 @@ async def test_a_batch_cancelled_inside_its_transaction_leaves_nothing(
 
 
 @pytest.mark.postgres_only
+@pytest.mark.parametrize("fast", [True, False], ids=["direct", "connection"])
 async def test_a_batch_cancelled_while_it_waits_for_the_row_leaves_nothing(
-    manager: SessionManager, storage: SessionStorage, database: str
+    manager: SessionManager,
+    storage: SessionStorage,
+    database: str,
+    fast: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """PostgreSQL: the batch's statement waits for the session row another transaction
-    holds; cancelled there, it is cancelled on the server and rolled back."""
+    holds; cancelled there, it is cancelled on the server and rolled back, on both paths
+    (the pool connection's: the cancellation passed on to the statement, the connection
+    thrown away once asyncpg's cancel request is done, nothing left unretrieved)."""
+    force_path(monkeypatch, fast)
     await manager.create(KEY)
     await manager.append_message(KEY, "user", "kept")
     before = await table_snapshot(storage)
+    direct: list[int] = []
+    original = uow_module.all_rows
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        direct.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(uow_module, "all_rows", counted)
     async with holding(database, KEY) as held:
         task = asyncio.ensure_future(manager.append_messages(KEY, _messages(10)))
         await held.wait_for_waiters(1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+    assert direct == ([1] if fast else [])
     assert await table_snapshot(storage) == before
     assert [e.content for e in await manager.get_transcript(KEY)] == ["kept"]
+    await manager.append_messages(KEY, _messages(2))  # the pool hands out a good one
+    assert "never retrieved" not in caplog.text
 
 
 async def _two_storages(database: str) -> tuple[SessionStorage, SessionStorage]:

@@ -23,6 +23,7 @@ caller raised passed through unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
+from sqlalchemy.util import await_only
 from sqlalchemy.util.concurrency import is_exit_exception
 
 from ..errors import DatabaseUnavailableError
@@ -243,6 +245,13 @@ def _pool_connection(engine: Engine) -> Iterator[PoolProxiedConnection]:
         yield fairy
     except BaseException as exc:
         if is_exit_exception(exc) and fairy.is_valid:
+            # asyncpg asks the server to cancel the interrupted statement on a connection
+            # of its own: that request ends first (closing this connection under it leaves
+            # its futures holding errors no one retrieves), as ``uow_slots``'
+            # ``discard_cancelled`` waits for it.
+            pending = getattr(fairy.driver_connection, "_cancellations", None)
+            if pending:
+                await_only(asyncio.gather(*list(pending), return_exceptions=True))
             fairy.invalidate(exc)
         raise
     finally:
@@ -289,6 +298,18 @@ def first_row(
     ):
         row = cursor.fetchone()
     return tuple(row) if row is not None else None
+
+
+def all_rows(
+    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
+) -> list[tuple[Any, ...]]:
+    """As :func:`first_row`, every row (a list of tuples)."""
+    with (
+        _pool_connection(engine) as fairy,
+        _isolation(engine.dialect, fairy, isolation_level),
+        _run(engine, fairy, plan, params) as cursor,
+    ):
+        return [tuple(row) for row in cursor.fetchall()]
 
 
 def returned_or_probed(

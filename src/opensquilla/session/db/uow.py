@@ -47,6 +47,7 @@ from sqlalchemy.util import greenlet_spawn
 from ..errors import DatabaseUnavailableError, EventLoopMismatchError
 from ..models import TranscriptEntry
 from .direct_statement import (
+    all_rows,
     first_row,
     plan_for,
     read_then_write,
@@ -320,6 +321,48 @@ class UnitOfWork:
             entry = await tx.transcript.pop_newest(key)
             return entry, entry is not None or await tx.transcript.has_live(key)
 
+    async def append_batch_in_one_statement(
+        self,
+        entries: Sequence[TranscriptEntry],
+        *,
+        expected_epoch: int,
+        now: int,
+        token_delta: int,
+    ) -> list[tuple[int, int]] | None:
+        """PostgreSQL: a batch of up to ``CHUNK_ROWS`` entries of one generation, without
+        message ids, as one statement in autocommit (``transcript_batches.pg_batch``):
+        ``(id, created_at)`` per entry in order, or ``None`` when the fence refused (an
+        overflow raised) or the session row changed while the statement waited for it
+        (the caller tells them apart, as for one append). On the pool's DBAPI connection
+        while nothing watches statements, where a cancellation is passed on to the
+        statement (asyncpg asks the server to cancel it: a batch cancelled while it waits
+        for the session row writes nothing); else through a ``Connection``."""
+        stmt, params = transcript_batches.pg_batch(
+            entries, expected_epoch=expected_epoch, now=now, token_delta=token_delta
+        )
+        engine = self._single.sync_engine
+        plan = None if statements_watched(engine) else plan_for(engine, stmt, tuple(params))
+        if plan is not None:
+            rows = await self._run_direct(
+                functools.partial(
+                    all_rows, engine, plan, params, isolation_level=self._isolation_level
+                ),
+                cancel_statement=True,
+            )
+        else:
+            async with self.one_statement() as tx:
+                rows = await tx.transcript.rows_of(stmt, params)
+        placed = fenced_append.placed_rows(rows)
+        if placed is None and token_delta:
+            checked = functools.partial(
+                fenced_append.check_overflow,
+                entry=entries[0],
+                expected_epoch=expected_epoch,
+                token_delta=token_delta,
+            )
+            await self._run_statement(checked)
+        return placed
+
     async def append_view_batch(
         self,
         entries: Sequence[TranscriptEntry],
@@ -382,11 +425,16 @@ class UnitOfWork:
             )
 
     async def _run_direct(
-        self, call: Callable[[], Any], *, on_cancel: Callable[[], None] | None = None
+        self,
+        call: Callable[[], Any],
+        *,
+        on_cancel: Callable[[], None] | None = None,
+        cancel_statement: bool = False,
     ) -> Any:
         """``call`` (``direct_statement``'s: a statement on the pool's DBAPI connection), in
         one greenlet; the same lock, pool slot, run-to-its-end and error translation as
-        :meth:`_run_statement` (``on_cancel``: called when a cancellation arrives)."""
+        :meth:`_run_statement` (``on_cancel``, ``cancel_statement``: what a cancellation
+        does, ``uow_slots.not_interrupted``)."""
         self._check_loop()
         # ``async with self._locked(...), self._pool_slot(), translated_errors():`` written
         # out: three context managers cost a tenth of the append's own Python.
@@ -398,7 +446,9 @@ class UnitOfWork:
             if slots is not None:
                 await self._acquire_slot(slots)
             try:
-                return await not_interrupted(greenlet_spawn(call), on_cancel)
+                return await not_interrupted(
+                    greenlet_spawn(call), on_cancel, cancel_statement=cancel_statement
+                )
             except Exception as exc:
                 mapped = translate(exc)
                 if mapped is None:

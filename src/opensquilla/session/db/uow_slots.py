@@ -44,7 +44,10 @@ def pool_slots(engine: AsyncEngine) -> tuple[asyncio.Semaphore | None, float]:
 
 
 async def not_interrupted(
-    statement: Coroutine[Any, Any, T], on_cancel: Callable[[], None] | None = None
+    statement: Coroutine[Any, Any, T],
+    on_cancel: Callable[[], None] | None = None,
+    *,
+    cancel_statement: bool = False,
 ) -> T:
     """``await statement`` (a checkout, ``uow._run_on_connection``, a clean-up; begun with a
     pool slot held, so it never waits for the pool), where a cancellation waits for it to
@@ -58,12 +61,17 @@ async def not_interrupted(
     runs to its end and hands its connection back, and the caller still gets its
     ``CancelledError`` (the append may then have been written, as when a cancellation meets
     a COMMIT). Waiting for a slot (``UnitOfWork._pool_slot``) stays cancellable.
-    ``on_cancel`` is called when the cancellation arrives, before the wait (the batch's
-    direct path: its statement then runs to its end without its COMMIT)."""
+    ``on_cancel`` is called when the cancellation arrives, before the wait (SQLite's
+    batch: its statement then runs to its end without its COMMIT). ``cancel_statement``:
+    the cancellation is passed on to the statement instead (PostgreSQL's batch: asyncpg
+    asks the server to cancel it, and the connection, its clean-up waited for, is thrown
+    away: ``direct_statement._pool_connection``), and then waited for."""
     running = asyncio.ensure_future(statement)
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
+        if cancel_statement:
+            running.cancel()
         if on_cancel is not None:
             on_cancel()
         while not running.done():

@@ -9,11 +9,15 @@ second, on that error path only.
 
 from __future__ import annotations
 
-from typing import NoReturn
+import functools
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, TypeVar
 
 from ..db.uow import Transaction, UnitOfWork
 from ..errors import StaleEpochError
 from ..models import SessionNode, TranscriptEntry
+
+T = TypeVar("T")
 
 
 async def append_entry(
@@ -26,31 +30,22 @@ async def append_entry(
     the generation's newest live one, docs/semantics.md#order) are set;
     ``StaleEpochError`` when the fence refused."""
     if await uow.appends_in_one_statement():
-        for _ in range(CONTENDED_TRIES):
-            placed = await uow.append_in_one_statement(
-                entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
-            )
-            if placed is not None:
-                break
-            # The error path only: a second unit tells the epoch from the generation, and
-            # both from a session row that changed while the statement waited for it
-            # (PostgreSQL: its order floor was read before; run it again).
-            async with uow.read() as tx:
-                node = await tx.sessions.get(entry.session_key)
-                if not same_generation(node, entry, expected_epoch):
-                    await raise_stale(tx, entry, expected_epoch)
-        else:
-            raise StaleEpochError(
-                f"append to {entry.session_key} found its session row changed by another "
-                f"writer on each of {CONTENDED_TRIES} tries; nothing was written"
-            )
+        attempt = functools.partial(
+            uow.append_in_one_statement,
+            entry,
+            expected_epoch=expected_epoch,
+            now=now,
+            token_delta=token_delta,
+        )
+        placed = await until_placed(uow, attempt, entry, expected_epoch)
     else:
         async with uow.write() as tx:
-            placed = await tx.transcript.append_and_touch(
+            found = await tx.transcript.append_and_touch(
                 entry, expected_epoch=expected_epoch, now=now, token_delta=token_delta
             )
-            if placed is None:
+            if found is None:
                 await raise_stale(tx, entry, expected_epoch)
+            placed = found
     # As stored: a defaulted created_at may have been raised to the order floor. Both
     # are the database's integers, and ``id`` is in the entry's fields set already
     # (``trusted_entry``; an entry the caller built gets it added): no validation.
@@ -61,6 +56,30 @@ async def append_entry(
 
 # How often a one-statement append runs again when the session row changed while it waited.
 CONTENDED_TRIES = 1000
+
+
+async def until_placed(
+    uow: UnitOfWork,
+    attempt: Callable[[], Awaitable[T | None]],
+    entry: TranscriptEntry,
+    expected_epoch: int,
+) -> T:
+    """Run the one-statement append ``attempt`` (``None`` when its fence refused) until it
+    places its rows. The error path only: a second unit tells the epoch from the
+    generation (``StaleEpochError``), and both from a session row that changed while the
+    statement waited for it (PostgreSQL: its order floor was read before; run it again)."""
+    for _ in range(CONTENDED_TRIES):
+        placed = await attempt()
+        if placed is not None:
+            return placed
+        async with uow.read() as tx:
+            node = await tx.sessions.get(entry.session_key)
+            if not same_generation(node, entry, expected_epoch):
+                await raise_stale(tx, entry, expected_epoch)
+    raise StaleEpochError(
+        f"append to {entry.session_key} found its session row changed by another "
+        f"writer on each of {CONTENDED_TRIES} tries; nothing was written"
+    )
 
 
 def same_generation(node: SessionNode | None, entry: TranscriptEntry, expected_epoch: int) -> bool:

@@ -11,6 +11,7 @@ canonical.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 
 from ..db.repos import fenced_append, transcript_batches
@@ -20,7 +21,7 @@ from ..keys import CanonicalKey
 from ..models import INT64_MAX, TranscriptEntry
 from ..models.messages import CheckedMessage, first_unencodable
 from ..support.clock import now_ms
-from .appends import raise_stale
+from .appends import raise_stale, until_placed
 from .transcript import Transcripts, after_reset
 
 # A pop that lost its row to a concurrent pop tries again (each try: one statement).
@@ -95,15 +96,27 @@ async def _write(
     # SQLite with the append view: the touch inside the INSERT, one statement per chunk.
     through_view = not uow.is_postgres and await uow.appends_in_one_statement()
     try:
-        if through_view and one_chunk and not ids:
+        if alone and not ids:
+            # One statement in autocommit (uow.append_batch_in_one_statement), tried again
+            # when the session row changed while it waited, as one append.
+            attempt = functools.partial(
+                uow.append_batch_in_one_statement,
+                entries,
+                expected_epoch=expected_epoch,
+                now=now_ms(),
+                token_delta=token_delta,
+            )
+            placed = await until_placed(uow, attempt, first, expected_epoch)
+        elif through_view and one_chunk and not ids:
             # One statement, its BEGIN and COMMIT in one hop (uow.append_view_batch); the
             # error path only: a second unit tells the epoch from the generation.
-            placed = await uow.append_view_batch(
+            found = await uow.append_view_batch(
                 entries, expected_epoch=expected_epoch, now=now_ms(), token_delta=token_delta
             )
-            if placed is None:
+            if found is None:
                 async with uow.read() as tx:
                     await raise_stale(tx, first, expected_epoch)
+            placed = found
         else:
             placed = await _write_transaction(
                 uow,

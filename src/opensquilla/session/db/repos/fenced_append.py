@@ -18,6 +18,7 @@ and passes ``one_statement``.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -300,6 +301,14 @@ def run_one_statement(
             check_overflow(conn, entry, expected_epoch, token_delta)
         return None
     return int(row[0]), int(row[1])
+
+
+def placed_rows(rows: Sequence[Any]) -> list[tuple[int, int]] | None:
+    """The ``(id, created_at)`` rows a one-statement batch returned, in order, or ``None``
+    for none (the fence refused)."""
+    if not rows:
+        return None
+    return sorted((int(row[0]), int(row[1])) for row in rows)
 
 
 def one_statement_append(

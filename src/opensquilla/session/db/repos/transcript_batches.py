@@ -157,6 +157,19 @@ def _view_batch(rows: int) -> Insert:
     return insert(APPENDS_VIEW).values(values).returning(_ROW_ID, _ROW_CREATED_AT)
 
 
+def pg_batch(
+    entries: Sequence[TranscriptEntry], *, expected_epoch: int, now: int, token_delta: int
+) -> tuple[Insert, dict[str, Any]]:
+    """PostgreSQL's batch of up to :data:`CHUNK_ROWS` entries as one statement (the fenced
+    touch feeding the INSERT as a CTE) and its parameters by bind name: ``(id,
+    created_at)`` per row, or no row when the fence refused (or the session row changed
+    while the statement waited for it: ``contended``)."""
+    params = touch_params(entries[0], expected_epoch, now, token_delta)
+    params.update(_row_params(entries))
+    stmt = _batch("postgresql", len(entries), tokens=bool(token_delta), touch=True, floor=True)
+    return stmt, params
+
+
 def view_batch(
     entries: Sequence[TranscriptEntry], *, expected_epoch: int, now: int, token_delta: int
 ) -> tuple[Insert, dict[str, Any]]:
@@ -352,6 +365,10 @@ def any_live_statement(dialect: str) -> Any:
     return select(exists().where(*_of_current_generation(dialect)))
 
 
+def _all_rows(conn: Connection, statement: Any, params: dict[str, Any]) -> list[Any]:
+    return list(execute_compiled(conn, statement, params).all())
+
+
 class TranscriptBatches:
     """The batch append, the pop and the delete by row id."""
 
@@ -379,6 +396,10 @@ class TranscriptBatches:
             ends_transaction=ends_transaction,
             through_view=through_view,
         )
+
+    async def rows_of(self, statement: Any, params: dict[str, Any]) -> list[Any]:
+        """Every row ``statement`` returns with ``params`` (a batch's one statement)."""
+        return await self.conn.run_sync(_all_rows, statement, params)
 
     async def live_message_ids(
         self, session_id: str, message_ids: Sequence[str], *, session_key: str
@@ -431,6 +452,7 @@ __all__ = [
     "TranscriptBatches",
     "any_live_statement",
     "append_batch",
+    "pg_batch",
     "pop_statement",
     "view_batch",
     "view_placed",
