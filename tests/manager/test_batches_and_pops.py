@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event
 
 from opensquilla.session import MessageInput, SessionManager, SessionStorage
-from opensquilla.session.db import uow as uow_module
+from opensquilla.session.db import uow_writes
 from opensquilla.session.db.repos import fenced_append, transcript_batches
 from opensquilla.session.errors import InvalidInputError
 from opensquilla.session.models import TranscriptEntry
@@ -318,13 +318,13 @@ async def test_a_batch_cancelled_while_it_waits_for_the_row_leaves_nothing(
     await manager.append_message(KEY, "user", "kept")
     before = await table_snapshot(storage)
     direct: list[int] = []
-    original = uow_module.all_rows
+    original = uow_writes.all_rows
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         direct.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(uow_module, "all_rows", counted)
+    monkeypatch.setattr(uow_writes, "all_rows", counted)
     async with holding(database, KEY) as held:
         task = asyncio.ensure_future(manager.append_messages(KEY, _messages(10)))
         await held.wait_for_waiters(1)

@@ -20,7 +20,7 @@ from opensquilla.session import (
     SessionStorage,
     StaleStateError,
 )
-from opensquilla.session.db import uow as uow_module
+from opensquilla.session.db import uow_writes
 from opensquilla.session.db.repos.states import SessionStateRepository, session_states
 from opensquilla.session.errors import InvalidInputError, SessionStoreError
 from opensquilla.session.models import state as state_model
@@ -211,7 +211,7 @@ def held_state_write(monkeypatch: pytest.MonkeyPatch) -> dict[str, asyncio.Event
             await events["release"].wait()
         return await original(self, *args, **kwargs)
 
-    direct = uow_module.read_then_write
+    direct = uow_writes.read_then_write
 
     def read_then_write(engine: Any, read: Any, params: Any, decide: Any, **kwargs: Any) -> Any:
         def held(row: Any) -> Any:
@@ -222,7 +222,7 @@ def held_state_write(monkeypatch: pytest.MonkeyPatch) -> dict[str, asyncio.Event
         return direct(engine, read, params, held, **kwargs)
 
     monkeypatch.setattr(SessionStateRepository, "write", write)
-    monkeypatch.setattr(uow_module, "read_then_write", read_then_write)
+    monkeypatch.setattr(uow_writes, "read_then_write", read_then_write)
     return events
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import event
 
 from opensquilla.session import SessionStorage
 from opensquilla.session.db import uow as uow_module
+from opensquilla.session.db import uow_writes
 from opensquilla.session.models import TranscriptEntry
 
 KEY = "agent:main:direct"
@@ -21,7 +22,7 @@ HANG_GUARD = 60.0
 def paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The path each append took: "direct" or "connection"."""
     taken: list[str] = []
-    direct, connection = uow_module.first_row, uow_module._run_on_connection
+    direct, connection = uow_writes.first_row, uow_module._run_on_connection
 
     def on_dbapi(*args: Any, **kwargs: Any) -> Any:
         taken.append("direct")
@@ -31,7 +32,7 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         taken.append("connection")
         return connection(*args, **kwargs)
 
-    monkeypatch.setattr(uow_module, "first_row", on_dbapi)
+    monkeypatch.setattr(uow_writes, "first_row", on_dbapi)
     monkeypatch.setattr(uow_module, "_run_on_connection", on_connection)
     yield taken
 
@@ -40,14 +41,14 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 def forced_connection_path() -> Iterator[None]:
     """The Connection path, as if a listener watched the statements."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(uow_module, "statements_watched", lambda engine: True)
+        patch.setattr(uow_writes, "statements_watched", lambda engine: True)
         yield
 
 
 def force_path(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
     """The direct path as it is (``fast``), or the Connection path forced."""
     if not fast:
-        monkeypatch.setattr(uow_module, "statements_watched", lambda engine: True)
+        monkeypatch.setattr(uow_writes, "statements_watched", lambda engine: True)
 
 
 @contextlib.contextmanager

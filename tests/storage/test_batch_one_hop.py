@@ -1,5 +1,5 @@
 """SQLite: a batch of one chunk as one write transaction of one hop on a pool connection
-(``uow.append_view_batch``, ``direct_statement.rows_in_one_hop``) while nothing listens
+(``uow.append_view_batch``, ``direct_units.rows_in_one_hop``) while nothing listens
 for statements, and through a ``Connection`` (the same statement, its COMMIT in the same
 hop) once a listener is attached, even after the store connected. Both give the same rows;
 a driver error leaves nothing and the connection usable (a cancellation:
@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db import sqlite_driver
-from opensquilla.session.db import uow as uow_module
+from opensquilla.session.db import sqlite_driver, uow_writes
 from opensquilla.session.errors import DatabaseError
 from tests.helpers import table_snapshot
 from tests.storage.direct_paths import listening
@@ -29,14 +28,14 @@ pytestmark = pytest.mark.sqlite_only
 def _one_hops(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Each batch run in one hop on a pool connection: the rows it returned."""
     taken: list[int] = []
-    original = uow_module.rows_in_one_hop
+    original = uow_writes.rows_in_one_hop
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         rows = original(*args, **kwargs)
         taken.append(len(rows))
         return rows
 
-    monkeypatch.setattr(uow_module, "rows_in_one_hop", counted)
+    monkeypatch.setattr(uow_writes, "rows_in_one_hop", counted)
     return taken
 
 

@@ -11,9 +11,8 @@ import pytest
 from sqlalchemy import text
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db import direct_statement
-from opensquilla.session.db import uow as uow_module
-from opensquilla.session.db.repos import fenced_append, transcript_batches
+from opensquilla.session.db import direct_statement, uow_writes
+from opensquilla.session.db.repos import batch_statements, fenced_append
 from tests.storage.direct_paths import KEY, entry, paths
 
 
@@ -78,7 +77,7 @@ async def test_an_unplanned_statement_is_built_once(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(fenced_append, "one_statement_append", building)
-    monkeypatch.setattr(uow_module, "plan_for", lambda *args: None)
+    monkeypatch.setattr(uow_writes, "plan_for", lambda *args: None)
     with paths(monkeypatch) as taken:
         await manager.append_message(KEY, "user", "unplanned", token_count=2)
     assert taken == ["connection"] and len(built) == 1
@@ -120,11 +119,11 @@ async def test_values_read_by_name_are_the_execution_contexts(
     stmt, params = fenced_append.one_statement_append(
         dialect, first, expected_epoch=0, now=1, token_delta=3
     )
-    batch = transcript_batches._batch(dialect, 2, tokens=True, touch=True, floor=True)
+    batch = batch_statements.batch_insert(dialect, 2, tokens=True, touch=True, floor=True)
     rows = {
         **fenced_append.touch_params(first, 0, 1, 3),
         "fence_session_id": node.session_id,
-        **transcript_batches._row_params([first, entry(node, "y")]),
+        **batch_statements.row_params([first, entry(node, "y")]),
     }
     for statement, values in ((stmt, params), (batch, rows)):
         plan = direct_statement._compile(engine, statement, tuple(values))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db import uow as uow_module
+from opensquilla.session.db import uow_writes
 from tests.storage.direct_paths import listening
 
 KEY = "agent:main:direct-pop"
@@ -19,14 +19,14 @@ KEY = "agent:main:direct-pop"
 def _direct_pops(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Each pop run on the pool's DBAPI connection: whether the generation had a row."""
     taken: list[bool] = []
-    original = uow_module.returned_or_probed
+    original = uow_writes.returned_or_probed
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         rows, keys, live = original(*args, **kwargs)
         taken.append(live)
         return rows, keys, live
 
-    monkeypatch.setattr(uow_module, "returned_or_probed", counted)
+    monkeypatch.setattr(uow_writes, "returned_or_probed", counted)
     return taken
 
 

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Dialect, Engine
@@ -46,7 +46,6 @@ from .statement_watch import DIRECT_AUDITORS
 # The drivers whose DBAPI adapters this module knows (what their execution contexts do
 # around a statement is done here too); any other takes the Connection path.
 DRIVERS = frozenset({"aiosqlite", "asyncpg"})
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +218,7 @@ def _bound(engine: Engine, plan: Plan, params: Mapping[str, Any]) -> Sequence[An
 
 
 @contextlib.contextmanager
-def _pool_connection(engine: Engine) -> Iterator[PoolProxiedConnection]:
+def pool_connection(engine: Engine) -> Iterator[PoolProxiedConnection]:
     """A connection checked out of ``engine``'s pool (a refused one raising as the
     ``Connection`` path raises it), returned at the end; invalidated when a cancellation, a
     timeout (asyncpg's ``command_timeout``) or a KeyboardInterrupt interrupts the work with
@@ -259,7 +258,7 @@ def _pool_connection(engine: Engine) -> Iterator[PoolProxiedConnection]:
 
 
 @contextlib.contextmanager
-def _run(
+def executed(
     engine: Engine, fairy: PoolProxiedConnection, plan: Plan, params: Mapping[str, Any]
 ) -> Iterator[Any]:
     """``plan`` executed with ``params`` on ``fairy``: its cursor, for the rows to be
@@ -292,97 +291,17 @@ def first_row(
     after, as the ``Connection`` path does for an engine's option), return the first
     row as a tuple (``None`` for no row) and the connection to the pool."""
     with (
-        _pool_connection(engine) as fairy,
-        _isolation(engine.dialect, fairy, isolation_level),
-        _run(engine, fairy, plan, params) as cursor,
+        pool_connection(engine) as fairy,
+        isolation(engine.dialect, fairy, isolation_level),
+        executed(engine, fairy, plan, params) as cursor,
     ):
         row = cursor.fetchone()
     return tuple(row) if row is not None else None
 
 
-def all_rows(
-    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
-) -> list[tuple[Any, ...]]:
-    """As :func:`first_row`, every row (a list of tuples)."""
-    with (
-        _pool_connection(engine) as fairy,
-        _isolation(engine.dialect, fairy, isolation_level),
-        _run(engine, fairy, plan, params) as cursor,
-    ):
-        return [tuple(row) for row in cursor.fetchall()]
-
-
-def returned_or_probed(
-    engine: Engine,
-    plan: Plan,
-    probe: Plan,
-    params: Mapping[str, Any],
-    *,
-    isolation_level: str | None,
-) -> tuple[list[tuple[Any, ...]], tuple[str, ...], bool]:
-    """In SQLAlchemy's greenlet, as :func:`first_row`: ``plan`` (a statement returning
-    rows) and, when it returned none, ``probe`` (a one-value SELECT, with the same
-    ``params``) on the same pool connection. Its rows as the driver returned them, their
-    column names, and ``True`` when it returned rows, else the probe's value as a bool."""
-    with _pool_connection(engine) as fairy, _isolation(engine.dialect, fairy, isolation_level):
-        with _run(engine, fairy, plan, params) as cursor:
-            rows = [tuple(row) for row in cursor.fetchall()]
-            keys = tuple(column[0] for column in cursor.description)
-        if rows:
-            return rows, keys, True
-        with _run(engine, fairy, probe, params) as cursor:
-            found = cursor.fetchone()
-    return rows, keys, bool(found is not None and found[0])
-
-
-def read_then_write(
-    engine: Engine,
-    read: Plan,
-    params: Mapping[str, Any],
-    decide: Callable[[tuple[Any, ...] | None], tuple[Plan, Mapping[str, Any], T]],
-    *,
-    isolation_level: str | None,
-    tries: int,
-) -> T | None:
-    """In SQLAlchemy's greenlet, as :func:`first_row`, on one pool connection in
-    autocommit: ``read`` (its first row as the driver returned it, or ``None``), then the
-    write ``decide`` makes of it (a conditional statement, its parameters, and what to
-    return when it changed a row); a write that changed no row reads again, ``tries`` times
-    in all: ``None`` then. What ``decide`` raises propagates, nothing written."""
-    with _pool_connection(engine) as fairy, _isolation(engine.dialect, fairy, isolation_level):
-        for _ in range(tries):
-            with _run(engine, fairy, read, params) as cursor:
-                row = cursor.fetchone()
-            write, values, outcome = decide(tuple(row) if row is not None else None)
-            with _run(engine, fairy, write, values) as cursor:
-                if cursor.rowcount:
-                    return outcome
-    return None
-
-
-def rows_in_one_hop(
-    engine: Engine, plan: Plan, params: Mapping[str, Any], *, begin: str, commit: list[Any]
-) -> list[tuple[Any, ...]]:
-    """In SQLAlchemy's greenlet, SQLite's lean adapter (``sqlite_driver``): on a pool
-    connection, ``begin`` (a BEGIN), ``plan`` with ``params`` and the COMMIT, in one call
-    on the driver's thread; every row returned, as tuples. ``commit`` is the COMMIT's token
-    (``[True, rows]``: committed only if the statement returned ``rows`` rows and the token
-    still says ``True`` when the thread reaches it); a transaction left open (fewer rows, or
-    the token called off) is rolled back before the connection goes back."""
-    with _pool_connection(engine) as fairy:
-        adapter: Any = fairy.dbapi_connection
-        adapter.defer_begin(begin)
-        adapter.commit_with_next(commit[1], token=commit)
-        try:
-            with _run(engine, fairy, plan, params) as cursor:
-                rows = [tuple(row) for row in cursor.fetchall()]
-        finally:
-            adapter.rollback()  # nothing to do (no hop) when the statement committed
-    return rows
-
-
 @contextlib.contextmanager
-def _isolation(dialect: Dialect, fairy: PoolProxiedConnection, level: str | None) -> Iterator[None]:
+def isolation(dialect: Dialect, fairy: PoolProxiedConnection, level: str | None) -> Iterator[None]:
+    """``level`` set on ``fairy`` for the block and reset after (``None``: nothing)."""
     if level is None:
         yield
         return

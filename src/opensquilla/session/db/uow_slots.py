@@ -65,7 +65,7 @@ async def not_interrupted(
     batch: its statement then runs to its end without its COMMIT). ``cancel_statement``:
     the cancellation is passed on to the statement instead (PostgreSQL's batch: asyncpg
     asks the server to cancel it, and the connection, its clean-up waited for, is thrown
-    away: ``direct_statement._pool_connection``), and then waited for."""
+    away: ``direct_statement.pool_connection``), and then waited for."""
     running = asyncio.ensure_future(statement)
     try:
         return await asyncio.shield(running)
