@@ -31,7 +31,7 @@ import floors
 from common import MESSAGE, fresh_target
 
 from opensquilla.session import SessionManager, SessionStorage
-from opensquilla.session.db import uow as uow_module
+from opensquilla.session.db import uow_writes
 
 Append = Callable[[], Awaitable[Any]]
 
@@ -55,7 +55,7 @@ async def _round(fn: Append, n: int, name: str | None = None) -> float:
     return _p50(samples)
 
 
-WATCHED = uow_module.statements_watched
+WATCHED = uow_writes.statements_watched
 
 
 def _watched(engine: Any) -> bool:
@@ -73,11 +73,11 @@ def _ours(manager: SessionManager, key: str, *, direct: bool) -> Append:
             await manager.append_message(key, roles[count % 2], MESSAGE, token_count=50)
             return
         # The Connection path, as when a listener watches the statements.
-        uow_module.statements_watched = _watched
+        uow_writes.statements_watched = _watched
         try:
             await manager.append_message(key, roles[count % 2], MESSAGE, token_count=50)
         finally:
-            uow_module.statements_watched = WATCHED
+            uow_writes.statements_watched = WATCHED
 
     return one
 
