@@ -21,7 +21,7 @@ from opensquilla.session import (
     StaleStateError,
 )
 from opensquilla.session.db import uow_writes
-from opensquilla.session.db.repos.states import SessionStateRepository, session_states
+from opensquilla.session.db.repos.states import session_states
 from opensquilla.session.errors import InvalidInputError, SessionStoreError
 from opensquilla.session.models import state as state_model
 from opensquilla.session.usecases import state as state_usecase
@@ -190,39 +190,26 @@ async def test_depth_and_size_are_bounded(
 
 @pytest.fixture
 def held_state_write(monkeypatch: pytest.MonkeyPatch) -> dict[str, asyncio.Event]:
-    """Once ``armed`` is set, the next state write (of any storage) waits, its read done
+    """Once ``armed`` is set, the next state update (of any storage) waits, its read done
     and its compare-and-set not yet sent, until ``release`` is set; ``entered`` tells it
-    is there. On both paths: the pool connection's (its write decided in SQLAlchemy's
-    greenlet, which awaits the event there) and the ``Connection``'s (the repository's
-    write)."""
+    is there. On both paths the update decides its write in SQLAlchemy's greenlet, which
+    awaits the event there."""
     events = {"armed": asyncio.Event(), "entered": asyncio.Event(), "release": asyncio.Event()}
+    original = uow_writes.DirectWrites.compare_and_set_state
 
-    def take() -> bool:
-        if not events["armed"].is_set():
-            return False
-        events["armed"].clear()
-        events["entered"].set()
-        return True
-
-    original = SessionStateRepository.write
-
-    async def write(self: SessionStateRepository, *args: Any, **kwargs: Any) -> bool:
-        if take():
-            await events["release"].wait()
-        return await original(self, *args, **kwargs)
-
-    direct = uow_writes.read_then_write
-
-    def read_then_write(engine: Any, read: Any, params: Any, decide: Any, **kwargs: Any) -> Any:
-        def held(row: Any) -> Any:
-            if take():
+    async def compare_and_set_state(
+        self: Any, row: Any, next_write: Any, **kwargs: Any
+    ) -> int | None:
+        def held(found: Any) -> Any:
+            if events["armed"].is_set():
+                events["armed"].clear()
+                events["entered"].set()
                 await_only(events["release"].wait())
-            return decide(row)
+            return next_write(found)
 
-        return direct(engine, read, params, held, **kwargs)
+        return await original(self, row, held, **kwargs)
 
-    monkeypatch.setattr(SessionStateRepository, "write", write)
-    monkeypatch.setattr(uow_writes, "read_then_write", read_then_write)
+    monkeypatch.setattr(uow_writes.DirectWrites, "compare_and_set_state", compare_and_set_state)
     return events
 
 
@@ -257,6 +244,29 @@ async def test_two_concurrent_compare_and_sets_of_one_revision_exactly_one_wins(
     assert (raised.value.expected_revision, raised.value.actual_revision) == (base, base + 1)
     got = await manager.get_state(KEY)
     assert (got.state["who"], got.revision) == ("second", base + 1)
+
+
+@pytest.mark.parametrize("first_write", [True, False], ids=["insert", "update"])
+async def test_two_concurrent_scope_compare_and_sets_of_one_revision_exactly_one_wins(
+    manager: SessionManager,
+    other: SessionManager,
+    held_state_write: dict[str, asyncio.Event],
+    first_write: bool,
+    path: bool,
+) -> None:
+    """As for a session's state: a scope's update is a read and a compare-and-set, and the
+    one held between them refuses once another committed."""
+    base = 0 if first_write else await manager.update_scope_state("user", "u1", {"w": 0})
+    held_state_write["armed"].set()
+    first = asyncio.ensure_future(manager.update_scope_state("user", "u1", {"w": 1}, base))
+    await asyncio.wait_for(held_state_write["entered"].wait(), 5)
+    assert await other.update_scope_state("user", "u1", {"w": 2}, base) == base + 1
+    held_state_write["release"].set()
+    with pytest.raises(StaleStateError) as raised:
+        await first
+    assert (raised.value.expected_revision, raised.value.actual_revision) == (base, base + 1)
+    got = await manager.get_scope_state("user", "u1")
+    assert (got.state, got.revision) == ({"w": 2}, base + 1)
 
 
 async def test_concurrent_updates_without_a_revision_lose_nothing(

@@ -5,6 +5,7 @@ server closed is replaced either way, never handed to an operation."""
 from __future__ import annotations
 
 import asyncio
+import select
 from typing import Any
 
 import asyncpg
@@ -138,8 +139,8 @@ async def test_a_recently_used_connection_whose_close_is_still_unread_is_replace
     checkout pings, the ping fails, and the pool replaces the connection before the append
     runs (without the socket's check the append itself failed: "another operation is in
     progress"). (Left open: a checkout between the notice's read and the close's arrival,
-    microseconds apart, still finds nothing on the socket; that operation fails with
-    ``DatabaseUnavailableError``.)"""
+    apart by the backend's exit, still finds nothing on the socket; that operation fails
+    with ``DatabaseUnavailableError``.)"""
     async with SessionStorage(database, pool_size=1, max_overflow=0) as storage:
         manager = SessionManager(storage, inject_time_prefix=False)
         await manager.create(KEY)
@@ -151,6 +152,13 @@ async def test_a_recently_used_connection_whose_close_is_still_unread_is_replace
         transport.set_protocol(between)
         await _terminate(database, pid, until_gone=True)
         await asyncio.wait_for(between.read.wait(), HANG_GUARD)  # the FATAL notice, read
+        # The close reaches the socket when the backend's process has exited, which can be
+        # a while after the server stopped listing it (a busy machine): wait for it there.
+        socket_fd = transport.get_extra_info("socket").fileno()
+        deadline = asyncio.get_running_loop().time() + HANG_GUARD
+        while not select.select([socket_fd], [], [], 0)[0]:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
         assert not driver.is_closed()  # its close is not read
         pings.clear()
         entry = await manager.append_message(KEY, "user", "after")

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..models import TranscriptEntry
-from .direct_statement import first_row, plan_for
+from .direct_statement import execute_compiled, first_row, plan_for
 from .direct_units import all_rows, read_then_write, returned_or_probed, rows_in_one_hop
 from .repos import batch_statements, fenced_append, states, transcript_batches
 from .repos.states import StoredState
@@ -100,46 +100,65 @@ class DirectWrites:
         *,
         tries: int,
     ) -> int | None:
-        """A compare-and-set of ``key``'s session state in autocommit, no transaction: the
-        row read (``(session_id, stored state or None)``, ``None`` without a session), the
-        write ``next_write`` makes of it (``session_id``, ``state``, ``revision``, ``now``,
-        ``stored_revision``: ``tx.session_states.write``'s), and, when that write found the
-        revision moved, a read again, ``tries`` times: the new revision, or ``None`` when
-        every try lost its race. What ``next_write`` raises propagates, nothing written.
-        With the in-process write lock; the read and the writes on the pool's DBAPI
-        connection in one greenlet while nothing watches statements, else through a
-        ``Connection``."""
-        dialect = self.backend
+        """:meth:`compare_and_set_state` of ``key``'s session state: ``next_write`` gets
+        ``(session_id, stored state or None)`` (``None`` without a session) and returns
+        ``session_id``, ``state``, ``revision``, ``now``, ``stored_revision``."""
+        return await self.compare_and_set_state(
+            states.session_state_row(self.backend, key), next_write, tries=tries
+        )
+
+    async def update_scope_state(
+        self,
+        scope: str,
+        scope_id: str,
+        next_write: Callable[[StoredState | None], Mapping[str, Any]],
+        *,
+        tries: int,
+    ) -> int | None:
+        """:meth:`compare_and_set_state` of ``(scope, scope_id)``'s state: ``next_write``
+        gets the stored state (``None`` before the first write) and returns ``state``,
+        ``revision``, ``now``, ``stored_revision``."""
+        return await self.compare_and_set_state(
+            states.scope_state_row(self.backend, scope, scope_id), next_write, tries=tries
+        )
+
+    async def compare_and_set_state(
+        self, row: states.StateRow, next_write: Callable[[Any], Mapping[str, Any]], *, tries: int
+    ) -> int | None:
+        """A state row's compare-and-set in autocommit, no transaction: the row read, the
+        write ``next_write`` makes of what it found (a conditional statement: ``UPDATE ...
+        WHERE revision = <read>``, or the first write's ``INSERT ... ON CONFLICT DO
+        NOTHING``), and, when that write found the revision moved, a read again, ``tries``
+        times: the new revision, or ``None`` when every try lost its race. What
+        ``next_write`` raises propagates, nothing written. With the in-process write lock,
+        in one greenlet: on the pool's DBAPI connection while nothing watches statements,
+        else through a ``Connection``."""
         engine = self._single.sync_engine
-        if not statements_watched(engine):
-            read = plan_for(engine, states.session_state_read(dialect), ("session_key",))
-            if read is not None:
+        read = None if statements_watched(engine) else plan_for(engine, row.read, tuple(row.params))
+        if read is None:
+            return await self._run_statement(
+                functools.partial(_compare_and_set_on, row=row, next_write=next_write, tries=tries)
+            )
 
-                def decide(row: tuple[Any, ...] | None) -> tuple[Any, Mapping[str, Any], int]:
-                    write = next_write(states.found_of_row(row))
-                    stmt, params = states.session_state_write(dialect, key, **write)
-                    plan = plan_for(engine, stmt, tuple(params))
-                    if plan is None:  # pragma: no cover - the store's own statements plan
-                        raise AssertionError(f"no direct plan for {stmt}")
-                    return plan, params, int(write["revision"])
+        def decide(found: tuple[Any, ...] | None) -> tuple[Any, Mapping[str, Any], int]:
+            write = next_write(row.found(found))
+            stmt, params = row.write(**write)
+            plan = plan_for(engine, stmt, tuple(params))
+            if plan is None:  # pragma: no cover - the store's own statements plan
+                raise AssertionError(f"no direct plan for {stmt}")
+            return plan, params, int(write["revision"])
 
-                return await self._run_direct(  # type: ignore[no-any-return]
-                    functools.partial(
-                        read_then_write,
-                        engine,
-                        read,
-                        {"session_key": key},
-                        decide,
-                        isolation_level=self._isolation_level,
-                        tries=tries,
-                    )
-                )
-        async with self.one_statement() as tx:
-            for _ in range(tries):
-                write = next_write(await tx.session_states.read(key))
-                if await tx.session_states.write(key, **write):
-                    return int(write["revision"])
-        return None
+        return await self._run_direct(  # type: ignore[no-any-return]
+            functools.partial(
+                read_then_write,
+                engine,
+                read,
+                row.params,
+                decide,
+                isolation_level=self._isolation_level,
+                tries=tries,
+            )
+        )
 
     async def pop_newest(self, key: str) -> tuple[TranscriptEntry | None, bool]:
         """The pop (``transcript_batches.pop_statement``) as one statement in autocommit,
@@ -276,3 +295,21 @@ class DirectWrites:
                 token_delta=token_delta,
             )
             await self._run_statement(checked)
+
+
+def _compare_and_set_on(
+    conn: Connection,
+    *,
+    row: states.StateRow,
+    next_write: Callable[[Any], Mapping[str, Any]],
+    tries: int,
+) -> int | None:
+    """:meth:`DirectWrites.compare_and_set_state` through ``conn`` (a listener watches the
+    statements): the same statements, their values as the driver returns them."""
+    for _ in range(tries):
+        found = execute_compiled(conn, row.read, row.params).first()
+        write = next_write(row.found(tuple(found) if found is not None else None))
+        stmt, params = row.write(**write)
+        if execute_compiled(conn, stmt, params).rowcount:
+            return int(write["revision"])
+    return None

@@ -1,7 +1,6 @@
-"""Session state and scoped state (docs/state.md): a read is one statement; a session's
-update a read and one compare-and-set statement in autocommit (read again when it lost
-its race); a scope's update one write transaction (the stored row read under the writers'
-lock, the compare-and-set, the merge, the conditional write).
+"""Session state and scoped state (docs/state.md): a read is one statement; an update a
+read and one compare-and-set statement in autocommit (read again when it lost its race;
+after every try lost, one write transaction under the writers' lock).
 
 A session's state row belongs to one generation (its ``session_id``). A row of another
 generation (a ``session_id`` the session no longer has: written before a whole-row upsert
@@ -165,9 +164,19 @@ async def get_scope_state(uow: UnitOfWork, scope: StateScope, scope_id: str) -> 
 async def update_scope_state(
     uow: UnitOfWork, scope: StateScope, scope_id: str, change: StateChange
 ) -> int:
-    """Merge ``change`` into the state of ``(scope, scope_id)`` (one write transaction); the
-    new revision. ``StaleStateError`` as :func:`update_state`."""
+    """Merge ``change`` into the state of ``(scope, scope_id)``; the new revision.
+    ``StaleStateError`` as :func:`update_state`, and as it, a read and one compare-and-set
+    statement in autocommit (read again when it lost its race; a scope's first write is an
+    ``INSERT ... ON CONFLICT DO NOTHING``)."""
     target = scope_label(scope, scope_id)
+
+    def next_write(stored: StoredState | None) -> _StateWrite:
+        return _next(stored, None, change, target)
+
+    revision = await uow.update_scope_state(scope, scope_id, next_write, tries=STATE_TRIES)
+    if revision is not None:
+        return revision
+    # Every try lost its race: in turn with the others, under the writers' lock.
     async with uow.write() as tx:
         stored = await tx.scope_states.read(scope, scope_id, for_update=True)
         write = _next(stored, None, change, target)
