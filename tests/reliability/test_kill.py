@@ -116,6 +116,26 @@ async def _terminate_all(target: str) -> set[int]:
     return pids
 
 
+async def _closes_seen(storage: SessionStorage) -> None:
+    """Until the driver has read the server's close of every pooled connection. The
+    server stops listing a backend before its process has exited and closed the socket;
+    a checkout in between meets a connection whose FATAL notice asyncpg read and refuses
+    statements for, while its close is not on the socket yet (that case:
+    tests/storage/test_pg_checkout_ping.py's unread close)."""
+    pool: Any = storage.engine.sync_engine.pool
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
+        drivers = [
+            record.dbapi_connection.driver_connection
+            for record in list(pool._pool._queue._queue)  # the checked-in records
+            if record.dbapi_connection is not None
+        ]
+        if all(driver.is_closed() for driver in drivers):
+            return
+        assert time.monotonic() < deadline, "the driver never saw the server close them"
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.postgres_only
 async def test_connections_terminated_between_operations_are_replaced(
     backend: Any, database: str
@@ -132,6 +152,7 @@ async def test_connections_terminated_between_operations_are_replaced(
 
         killed = await _terminate_all(database)
         assert killed
+        await _closes_seen(storage)
 
         await asyncio.gather(*(manager.append_message(KEY, "user", f"after {n}") for n in range(3)))
         node, _ = await manager.get_or_create(KEY)
