@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ..models import TranscriptEntry
 from .direct_statement import execute_compiled, first_row, plan_for
 from .direct_units import all_rows, read_then_write, returned_or_probed, rows_in_one_hop
-from .repos import batch_statements, fenced_append, states, transcript_batches
+from .repos import batch_statements, fenced_append, state_rows, transcript_batches
 from .repos.states import StoredState
 from .rows import models_of_rows
 from .statement_watch import statements_watched
@@ -104,7 +104,7 @@ class DirectWrites:
         ``(session_id, stored state or None)`` (``None`` without a session) and returns
         ``session_id``, ``state``, ``revision``, ``now``, ``stored_revision``."""
         return await self.compare_and_set_state(
-            states.session_state_row(self.backend, key), next_write, tries=tries
+            state_rows.session_state_row(self.backend, key), next_write, tries=tries
         )
 
     async def update_scope_state(
@@ -119,11 +119,15 @@ class DirectWrites:
         gets the stored state (``None`` before the first write) and returns ``state``,
         ``revision``, ``now``, ``stored_revision``."""
         return await self.compare_and_set_state(
-            states.scope_state_row(self.backend, scope, scope_id), next_write, tries=tries
+            state_rows.scope_state_row(self.backend, scope, scope_id), next_write, tries=tries
         )
 
     async def compare_and_set_state(
-        self, row: states.StateRow, next_write: Callable[[Any], Mapping[str, Any]], *, tries: int
+        self,
+        row: state_rows.StateRow,
+        next_write: Callable[[Any], Mapping[str, Any]],
+        *,
+        tries: int,
     ) -> int | None:
         """A state row's compare-and-set in autocommit, no transaction: the row read, the
         write ``next_write`` makes of what it found (a conditional statement: ``UPDATE ...
@@ -300,7 +304,7 @@ class DirectWrites:
 def _compare_and_set_on(
     conn: Connection,
     *,
-    row: states.StateRow,
+    row: state_rows.StateRow,
     next_write: Callable[[Any], Mapping[str, Any]],
     tries: int,
 ) -> int | None:

@@ -6,8 +6,6 @@ reads and the conditional writes."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -168,7 +166,7 @@ def session_state_read(dialect_name: str) -> Select[Any]:
     return _session_and_state(dialect_name, False)
 
 
-def _decoded(state: Any) -> dict[str, Any]:
+def decoded_state(state: Any) -> dict[str, Any]:
     """A state as the driver returned it (its JSON text), or as a ``Connection`` whose
     statement had no direct plan decoded it already."""
     decoded: dict[str, Any] = loads_json_text(state) if isinstance(state, str) else state
@@ -183,7 +181,7 @@ def found_of_row(row: tuple[Any, ...] | None) -> tuple[str, StoredState | None] 
     session_id, state_session_id, state, revision, updated_at = row
     if revision is None:
         return str(session_id), None
-    stored = StoredState(state_session_id, _decoded(state), int(revision), int(updated_at))
+    stored = StoredState(state_session_id, decoded_state(state), int(revision), int(updated_at))
     return str(session_id), stored
 
 
@@ -203,46 +201,7 @@ def session_state_write(
     return write_statement(dialect_name, session_states, key, values, stored_revision)
 
 
-@dataclass(frozen=True, slots=True)
-class StateRow:
-    """One state row's compare-and-set as statements, for a unit of work that runs it
-    without a transaction (``uow.compare_and_set_state``): the ``read`` (bound by
-    ``params``), what its row as the driver returned it is (``found``: the stored state, or
-    ``(session_id, stored state)`` for a session's), and the write of the values an update
-    decided (``write``: the statement and its parameters)."""
-
-    read: Select[Any]
-    params: dict[str, str]
-    found: Callable[[tuple[Any, ...] | None], Any]
-    write: Callable[..., tuple[Any, dict[str, Any]]]
-
-
-def session_state_row(dialect_name: str, session_key: str) -> StateRow:
-    """The session ``session_key``'s state row (:func:`found_of_row`; the write takes
-    ``session_id``, ``state``, ``revision``, ``now``, ``stored_revision``)."""
-    return StateRow(
-        session_state_read(dialect_name),
-        {"session_key": session_key},
-        found_of_row,
-        functools.partial(session_state_write, dialect_name, session_key),
-    )
-
-
-@functools.cache
-def _scope_read() -> Select[Any]:
-    return select(scope_states.c.state, scope_states.c.revision, scope_states.c.updated_at).where(
-        scope_states.c.scope == bindparam("scope"), scope_states.c.scope_id == bindparam("scope_id")
-    )
-
-
-def _scope_found(row: tuple[Any, ...] | None) -> StoredState | None:
-    if row is None:
-        return None
-    state, revision, updated_at = row
-    return StoredState(None, _decoded(state), int(revision), int(updated_at))
-
-
-def _scope_write(
+def scope_state_write(
     dialect_name: str,
     scope: str,
     scope_id: str,
@@ -255,17 +214,6 @@ def _scope_write(
     key = {"scope": scope, "scope_id": scope_id}
     values = {"state": state, "revision": revision, "updated_at": now}
     return write_statement(dialect_name, scope_states, key, values, stored_revision)
-
-
-def scope_state_row(dialect_name: str, scope: str, scope_id: str) -> StateRow:
-    """The state row of ``(scope, scope_id)`` (the stored state or ``None``; the write
-    takes ``state``, ``revision``, ``now``, ``stored_revision``)."""
-    return StateRow(
-        _scope_read(),
-        {"scope": scope, "scope_id": scope_id},
-        _scope_found,
-        functools.partial(_scope_write, dialect_name, scope, scope_id),
-    )
 
 
 class SessionStateRepository(Repository):
@@ -404,7 +352,7 @@ class ScopeStateRepository(Repository):
         stored_revision: int | None,
     ) -> bool:
         """As :meth:`SessionStateRepository.write`, for a scope's row."""
-        stmt, params = _scope_write(
+        stmt, params = scope_state_write(
             self.conn.dialect.name,
             scope,
             scope_id,
