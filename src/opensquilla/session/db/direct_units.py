@@ -28,6 +28,19 @@ def all_rows(
         return [tuple(row) for row in cursor.fetchall()]
 
 
+def rows_and_keys(
+    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
+) -> tuple[list[tuple[Any, ...]], tuple[str, ...]]:
+    """As :func:`all_rows`, with the rows' column names (for ``rows.models_of_rows``)."""
+    with (
+        pool_connection(engine) as fairy,
+        isolation(engine.dialect, fairy, isolation_level),
+        executed(engine, fairy, plan, params) as cursor,
+    ):
+        rows = [tuple(row) for row in cursor.fetchall()]
+        return rows, tuple(column[0] for column in cursor.description)
+
+
 def returned_or_probed(
     engine: Engine,
     plan: Plan,

@@ -17,10 +17,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..models import TranscriptEntry
+from ..models import SessionNode, TranscriptEntry
+from ..models.usage import CheckedUsage
 from .direct_statement import execute_compiled, first_row, plan_for
-from .direct_units import all_rows, read_then_write, returned_or_probed, rows_in_one_hop
-from .repos import batch_statements, fenced_append, state_rows, transcript_batches
+from .direct_units import (
+    all_rows,
+    read_then_write,
+    returned_or_probed,
+    rows_and_keys,
+    rows_in_one_hop,
+)
+from .repos import batch_statements, fenced_append, session_usage, state_rows, transcript_batches
 from .repos.states import StoredState
 from .rows import models_of_rows
 from .statement_watch import statements_watched
@@ -193,6 +200,32 @@ class DirectWrites:
         async with self.one_statement() as tx:
             entry = await tx.transcript.pop_newest(key)
             return entry, entry is not None or await tx.transcript.has_live(key)
+
+    async def add_usage_in_one_statement(
+        self, key: str, *, session_id: str, epoch: int, usage: CheckedUsage, now: int
+    ) -> SessionNode | None:
+        """The usage increment (``session_usage.usage_statement``, built once per shape) as
+        one statement in autocommit, with the in-process write lock: the updated row, or
+        ``None`` when the generation moved or a counter has no room (nothing written). On
+        the pool's DBAPI connection while nothing watches statements, as
+        :meth:`append_in_one_statement`; else through a ``Connection``."""
+        stmt, params = session_usage.usage_params(
+            self.backend, key, session_id=session_id, epoch=epoch, usage=usage, now=now
+        )
+        engine = self._single.sync_engine
+        plan = None if statements_watched(engine) else plan_for(engine, stmt, tuple(params))
+        if plan is not None:
+            rows, keys = await self._run_direct(
+                functools.partial(
+                    rows_and_keys, engine, plan, params, isolation_level=self._isolation_level
+                )
+            )
+            updated = models_of_rows(SessionNode, self.backend, rows, keys)
+            return updated[0] if updated else None
+        async with self.one_statement() as tx:
+            return await tx.sessions.add_usage(
+                key, session_id=session_id, epoch=epoch, usage=usage, now=now
+            )
 
     async def append_batch_in_one_statement(
         self,

@@ -13,9 +13,10 @@ row without room.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, literal, or_, true, update
+from sqlalchemy import ColumnElement, Update, bindparam, case, literal, or_, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...models import INT64_MAX, SessionNode
@@ -23,46 +24,90 @@ from ...models.usage import FLOAT_MAX, MIXED_COST_SOURCE, NO_COST_SOURCE, Checke
 from ..rows import read_columns, to_model
 from ..tables import sessions
 
+# The shape of one increment: which integer counters and which cost columns it changes,
+# which costs need room (a zero cost always has it), whether it adds tokens and whether it
+# sets ``cost_source``. One statement per shape, built once, its values bound by name: the
+# statement (and its compiled form) is reused, not rebuilt with literals on every call.
+UsageShape = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], bool, bool]
 
-def usage_values(usage: CheckedUsage, now: int) -> dict[str, Any]:
-    """The SET clause of one increment: each counter it changes plus ``updated_at``;
-    ``total_tokens_fresh`` true when tokens were added (the total now includes the
-    provider's own count); ``cost_source`` the roll-up of the kinds recorded."""
-    values: dict[str, Any] = {"updated_at": literal(now, sessions.c.updated_at.type)}
-    for name, delta in usage.integer_deltas().items():
+
+def usage_shape(usage: CheckedUsage) -> UsageShape:
+    costs = usage.cost_deltas()
+    return (
+        tuple(usage.integer_deltas()),
+        tuple(costs),
+        tuple(name for name, cost in costs.items() if cost),
+        bool(usage.total_tokens),
+        usage.cost_source is not None,
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def usage_statement(dialect_name: str, shape: UsageShape) -> Update:
+    """The fenced increment of ``shape`` (:func:`usage_params` binds it): every counter
+    changed by an SQL expression, ``updated_at`` set, ``total_tokens_fresh`` true when
+    tokens were added, ``cost_source`` rolled up; only on the row of the generation's
+    key, epoch and session id with room for every delta (``column <= ceiling - delta``);
+    the updated row returned."""
+    integers, costs, priced, adds_tokens, sets_source = shape
+    values: dict[str, Any] = {"updated_at": bindparam("now", type_=sessions.c.updated_at.type)}
+    room: list[ColumnElement[bool]] = []
+    for name in (*integers, *costs):
         column = sessions.c[name]
-        values[name] = column + literal(delta, column.type)
-    for name, cost in usage.cost_deltas().items():
+        values[name] = column + bindparam(f"d_{name}", type_=column.type)
+    for name in (*integers, *priced):
         column = sessions.c[name]
-        values[name] = column + literal(cost, column.type)
-    if usage.total_tokens:
+        room.append(column <= bindparam(f"room_{name}", type_=column.type))
+    if adds_tokens:
         values["total_tokens_fresh"] = true()
-    if usage.cost_source is not None:
-        source = literal(usage.cost_source, sessions.c.cost_source.type)
+    if sets_source:
+        text_type = sessions.c.cost_source.type
+        source = bindparam("source", type_=text_type)
         values["cost_source"] = case(
             (
-                or_(
-                    sessions.c.cost_source.in_([NO_COST_SOURCE, ""]),
+                or_(  # (no IN: its expanding parameter would rule out the direct path)
+                    sessions.c.cost_source == literal(NO_COST_SOURCE, text_type),
+                    sessions.c.cost_source == literal("", text_type),
                     sessions.c.cost_source == source,
                 ),
                 source,
             ),
-            else_=literal(MIXED_COST_SOURCE, sessions.c.cost_source.type),
+            else_=literal(MIXED_COST_SOURCE, text_type),
         )
-    return values
+    return (
+        update(sessions)
+        .where(
+            sessions.c.session_key == bindparam("row_key"),
+            sessions.c.epoch == bindparam("fence_epoch"),
+            sessions.c.session_id == bindparam("fence_session_id"),
+            *room,
+        )
+        .values(values)
+        .returning(*read_columns(sessions, dialect_name))
+    )
 
 
-def room_for(usage: CheckedUsage) -> list[ColumnElement[bool]]:
-    """The row has room for every delta: ``column <= ceiling - delta``."""
-    conditions: list[ColumnElement[bool]] = []
+def usage_params(
+    dialect_name: str, key: str, *, session_id: str, epoch: int, usage: CheckedUsage, now: int
+) -> tuple[Update, dict[str, Any]]:
+    """The increment of ``usage`` on the row of ``key`` while it holds generation
+    ``session_id`` at ``epoch`` (:func:`usage_statement` of its shape) and its values."""
+    params: dict[str, Any] = {
+        "row_key": key,
+        "fence_epoch": epoch,
+        "fence_session_id": session_id,
+        "now": now,
+    }
     for name, delta in usage.integer_deltas().items():
-        column = sessions.c[name]
-        conditions.append(column <= literal(INT64_MAX - delta, column.type))
+        params[f"d_{name}"] = delta
+        params[f"room_{name}"] = INT64_MAX - delta
     for name, cost in usage.cost_deltas().items():
+        params[f"d_{name}"] = cost
         if cost:
-            column = sessions.c[name]
-            conditions.append(column <= literal(FLOAT_MAX - cost, column.type))
-    return conditions
+            params[f"room_{name}"] = FLOAT_MAX - cost
+    if usage.cost_source is not None:
+        params["source"] = usage.cost_source
+    return usage_statement(dialect_name, usage_shape(usage)), params
 
 
 class SessionUsage:
@@ -78,18 +123,8 @@ class SessionUsage:
         ``epoch`` and has room for every delta: the updated row, or ``None`` (nothing
         written; :meth:`overflowing` tells a full counter from a moved generation)."""
         dialect = self.conn.dialect.name
-        stmt = (
-            update(sessions)
-            .where(
-                and_(
-                    sessions.c.session_key == key,
-                    sessions.c.epoch == epoch,
-                    sessions.c.session_id == session_id,
-                    *room_for(usage),
-                )
-            )
-            .values(usage_values(usage, now))
-            .returning(*read_columns(sessions, dialect))
+        stmt, params = usage_params(
+            dialect, key, session_id=session_id, epoch=epoch, usage=usage, now=now
         )
-        row = (await self.conn.execute(stmt)).first()
+        row = (await self.conn.execute(stmt, params)).first()
         return to_model(SessionNode, row, dialect) if row is not None else None
