@@ -27,7 +27,7 @@ from sqlalchemy import (
 from ..sql import insert_for, lock_key
 from ..tables import sessions
 from ..types import JSONText, loads_json_text
-from .repository import Repository
+from .repository import Generation, Repository
 
 # Not among the five tables: their own metadata, so export, import, retention and the drift
 # check (which compare the five) never see them, and a session row's upsert never writes the
@@ -292,32 +292,24 @@ class SessionStateRepository(Repository):
             },
         )
 
-    async def copy_to_session(
-        self,
-        *,
-        source_session_key: str,
-        source_session_id: str,
-        target_session_key: str,
-        target_session_id: str,
-        now: int,
-    ) -> int:
+    async def copy_to_session(self, source: Generation, target: Generation, *, now: int) -> int:
         """A fork's copy: the source generation's state (if any) as the target's, at
         revision 0 (a row an older session left under the target key is replaced)."""
         await self.conn.execute(
-            delete(session_states).where(session_states.c.session_key == target_session_key)
+            delete(session_states).where(session_states.c.session_key == target.session_key)
         )
-        source = select(
-            literal(target_session_key, type_=Text),
-            literal(target_session_id, type_=Text),
+        copied = select(
+            literal(target.session_key, type_=Text),
+            literal(target.session_id, type_=Text),
             session_states.c.state,
             literal(0, type_=BigInteger),
             literal(now, type_=BigInteger),
         ).where(
-            session_states.c.session_key == source_session_key,
-            session_states.c.session_id == source_session_id,
+            session_states.c.session_key == source.session_key,
+            session_states.c.session_id == source.session_id,
         )
         stmt = session_states.insert().from_select(
-            ["session_key", "session_id", "state", "revision", "updated_at"], source
+            ["session_key", "session_id", "state", "revision", "updated_at"], copied
         )
         return int((await self.conn.execute(stmt)).rowcount)
 
