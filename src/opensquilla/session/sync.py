@@ -19,7 +19,6 @@ import inspect
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from .manager import SessionManager
@@ -167,12 +166,7 @@ class _Facade:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
