@@ -34,7 +34,7 @@ from ..rows import (
     to_models,
     values_of,
 )
-from ..sql import copy_rows, new_uuid
+from ..sql import copy_rows, new_uuid, window_binds
 from ..tables import compacted_transcript_entries as archive
 from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
@@ -56,21 +56,19 @@ def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
 @functools.cache
 def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     """The statement of :meth:`TranscriptRepository.live_tail` (built once per shape: the
-    per-turn reads bind their values); binds ``session_key``, ``session_id``, ``tail_limit`` and,
-    ``bounded``,
-    ``before_created_at`` and ``before_id``."""
+    per-turn reads bind their values); binds those of :func:`window_binds`."""
     query = select(*read_columns(live, dialect_name)).where(
         live.c.session_key == bindparam("session_key"),
         live.c.session_id == bindparam("session_id"),
     )
     if bounded:
         bound = tuple_(
-            bindparam("before_created_at", type_=BigInteger),
-            bindparam("before_id", type_=BigInteger),
+            bindparam("position_created_at", type_=BigInteger),
+            bindparam("position_id", type_=BigInteger),
         )
         query = query.where(tuple_(live.c.created_at, live.c.id) < bound)
     return query.order_by(live.c.created_at.desc(), live.c.id.desc()).limit(
-        bindparam("tail_limit", type_=BigInteger)
+        bindparam("window_limit", type_=BigInteger)
     )
 
 
@@ -108,13 +106,7 @@ class TranscriptRepository(
         """The newest ``limit`` live rows (before ``before`` = (created_at, id) if given),
         oldest first: a backward range scan of ``(session_id, created_at, id)``."""
         dialect = self.conn.dialect.name
-        values: dict[str, Any] = {
-            "session_key": session_key,
-            "session_id": session_id,
-            "tail_limit": limit,
-        }
-        if before is not None:
-            values["before_created_at"], values["before_id"] = before
+        values = window_binds(session_key, session_id, limit, before)
         query = _live_tail(dialect, before is not None)
         rows = to_models(TranscriptEntry, dialect, await self.conn.execute(query, values))
         rows.reverse()
