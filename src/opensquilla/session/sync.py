@@ -19,7 +19,6 @@ import inspect
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from .manager import SessionManager
@@ -136,9 +135,22 @@ def _blocking(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     return plain
 
 
-def _mirror(source: type, *, skip: frozenset[str] = frozenset()) -> Callable[[type[T]], type[T]]:
+def _read_through(name: str, value: property) -> property:
+    """The async object's property ``name`` (``value``), read as it is on the calling
+    thread: a plain value, set at construction or by ``connect()``, no I/O."""
+
+    def read(self: _Facade) -> Any:
+        return getattr(self._async, name)
+
+    return property(read, doc=value.__doc__)
+
+
+def _mirror(
+    source: type, *, skip: frozenset[str] = frozenset(), values: tuple[str, ...] = ()
+) -> Callable[[type[T]], type[T]]:
     """Give the decorated class a synchronous twin of every public method of ``source``
-    (``skip`` and anything it defines itself excepted); static methods are shared as is."""
+    (``skip`` and anything it defines itself excepted); static methods are shared as is;
+    the properties named in ``values`` are read through (:func:`_read_through`)."""
 
     def decorate(cls: type[T]) -> type[T]:
         for name in dir(source):
@@ -149,6 +161,8 @@ def _mirror(source: type, *, skip: frozenset[str] = frozenset()) -> Callable[[ty
                 setattr(cls, name, raw)
             elif inspect.isfunction(raw):
                 setattr(cls, name, _blocking(name, raw))
+        for name in values:
+            setattr(cls, name, _read_through(name, inspect.getattr_static(source, name)))
         return cls
 
     return decorate
@@ -167,12 +181,7 @@ class _Facade:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -180,9 +189,12 @@ class _Facade:
 _STORAGE_LIFECYCLE = frozenset(
     {"connect", "connect_without_migrating", "close", "open", "from_engine"}
 )
+# Its properties the sync storage reads through: plain values (not the engine or the unit
+# of work, which belong to the loop).
+_STORAGE_VALUES = ("target", "backend", "is_connected", "recovered_archives", "archive_store_tag")
 
 
-@_mirror(SessionStorage, skip=_STORAGE_LIFECYCLE)
+@_mirror(SessionStorage, skip=_STORAGE_LIFECYCLE, values=_STORAGE_VALUES)
 class SyncSessionStorage(_Facade):
     """A connected :class:`SessionStorage` on its own event-loop thread, called
     synchronously. Takes what ``SessionStorage`` takes; connects (migrating to head) at
@@ -201,26 +213,6 @@ class SyncSessionStorage(_Facade):
     def async_storage(self) -> SessionStorage:
         """The async storage underneath (usable only on this object's loop thread)."""
         return self._async
-
-    @property
-    def target(self) -> Any:
-        return self._async.target
-
-    @property
-    def backend(self) -> str:
-        return self._async.backend
-
-    @property
-    def is_connected(self) -> bool:
-        return self._async.is_connected
-
-    @property
-    def recovered_archives(self) -> Any:
-        return self._async.recovered_archives
-
-    @property
-    def archive_store_tag(self) -> str | None:
-        return self._async.archive_store_tag
 
     def close(self) -> None:
         """Close the storage and stop its loop thread; idempotent. Calls other threads

@@ -18,7 +18,6 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Self, Unpack
 
 from pydantic import Field, field_validator
@@ -384,10 +383,5 @@ class StorageLifecycle:
         await self.connect()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

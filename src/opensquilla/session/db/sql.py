@@ -118,3 +118,20 @@ def chunks(values: Sequence[T], size: int) -> list[list[T]]:
     """``values`` in runs of at most ``size``: the parameter lists of a batch read, one
     statement each (SQLite bounds the parameters of a statement)."""
     return [list(values[start : start + size]) for start in range(0, len(values), size)]
+
+
+def window_binds(
+    session_key: str, session_id: str, limit: int, position: tuple[int, int] | None
+) -> dict[str, Any]:
+    """The binds of a read of at most ``limit`` rows of one generation from ``position``
+    (``(created_at, id)``, exclusive; ``None``: from the end): ``session_key``,
+    ``session_id``, ``window_limit`` and, with a position, ``position_created_at`` and
+    ``position_id``."""
+    values: dict[str, Any] = {
+        "session_key": session_key,
+        "session_id": session_id,
+        "window_limit": limit,
+    }
+    if position is not None:
+        values["position_created_at"], values["position_id"] = position
+    return values

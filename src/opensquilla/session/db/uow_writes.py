@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -28,6 +28,7 @@ from .direct_units import (
     rows_in_one_hop,
 )
 from .repos import batch_statements, fenced_append, session_usage, state_rows, transcript_batches
+from .repos.fenced_append import Fence
 from .repos.states import StoredState
 from .rows import models_of_rows
 from .statement_watch import statements_watched
@@ -228,12 +229,7 @@ class DirectWrites:
             )
 
     async def append_batch_in_one_statement(
-        self,
-        entries: Sequence[TranscriptEntry],
-        *,
-        expected_epoch: int,
-        now: int,
-        token_delta: int,
+        self, entries: Sequence[TranscriptEntry], **fence: Unpack[Fence]
     ) -> list[tuple[int, int]] | None:
         """PostgreSQL: a batch of up to ``CHUNK_ROWS`` entries of one generation, without
         message ids, as one statement in autocommit (``batch_statements.pg_batch``):
@@ -243,9 +239,7 @@ class DirectWrites:
         while nothing watches statements, where a cancellation is passed on to the
         statement (asyncpg asks the server to cancel it: a batch cancelled while it waits
         for the session row writes nothing); else through a ``Connection``."""
-        stmt, params = batch_statements.pg_batch(
-            entries, expected_epoch=expected_epoch, now=now, token_delta=token_delta
-        )
+        stmt, params = batch_statements.pg_batch(entries, **fence)
         engine = self._single.sync_engine
         plan = None if statements_watched(engine) else plan_for(engine, stmt, tuple(params))
         if plan is not None:
@@ -260,16 +254,11 @@ class DirectWrites:
                 rows = await tx.transcript.rows_of(stmt, params)
         placed = fenced_append.placed_rows(rows)
         if placed is None:
-            await self._check_overflow(entries[0], expected_epoch, token_delta)
+            await self._check_overflow(entries[0], fence["expected_epoch"], fence["token_delta"])
         return placed
 
     async def append_view_batch(
-        self,
-        entries: Sequence[TranscriptEntry],
-        *,
-        expected_epoch: int,
-        now: int,
-        token_delta: int,
+        self, entries: Sequence[TranscriptEntry], **fence: Unpack[Fence]
     ) -> list[tuple[int, int]] | None:
         """SQLite with the append view (where :meth:`appends_in_one_statement`): a batch of
         up to ``CHUNK_ROWS`` entries of one generation, without message ids, as one
@@ -280,9 +269,7 @@ class DirectWrites:
         and one crossing into the greenlet; a cancellation of the caller calls the COMMIT
         off if it comes before the thread reaches it, and the statement is rolled back.
         Otherwise in :meth:`write`, the statement and the COMMIT in one hop."""
-        stmt, params = batch_statements.view_batch(
-            entries, expected_epoch=expected_epoch, now=now, token_delta=token_delta
-        )
+        stmt, params = batch_statements.view_batch(entries, **fence)
         engine = self._writer.sync_engine
         if self._one_hop and not statements_watched(engine):
             plan = plan_for(engine, stmt, tuple(params))
@@ -305,17 +292,13 @@ class DirectWrites:
                 )
                 placed = batch_statements.view_placed(rows, len(entries))
                 if placed is None:
-                    await self._check_overflow(entries[0], expected_epoch, token_delta)
+                    await self._check_overflow(
+                        entries[0], fence["expected_epoch"], fence["token_delta"]
+                    )
                 return placed
         async with self.write() as tx:
             return await tx.transcript.append_batch(
-                entries,
-                expected_epoch=expected_epoch,
-                now=now,
-                token_delta=token_delta,
-                returning=True,
-                ends_transaction=True,
-                through_view=True,
+                entries, **fence, returning=True, ends_transaction=True, through_view=True
             )
 
     async def _check_overflow(

@@ -19,7 +19,6 @@ import importlib.util
 import threading
 import weakref
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Self
 
 from ..storage import SessionStorage
@@ -49,12 +48,7 @@ class ClosesOnExit:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
 

@@ -10,7 +10,7 @@ operation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from ..keys import canonicalize_session_key
 from ..models import (
@@ -23,7 +23,7 @@ from ..models import (
     check_millis,
 )
 from ..models.reports import DeletionPreview, ResetReport
-from ..models.usage import UsageCostSource, check_usage
+from ..models.usage import UsageFields, check_usage
 from ..storage import SessionStorage
 from ..support.clock import now_ms
 from ..usecases import overview, reset, retention, usage
@@ -163,21 +163,13 @@ class SessionCalls:
 
     # -- usage -------------------------------------------------------------------------
 
-    async def record_usage(
-        self,
-        session_key: str,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cache_read: int = 0,
-        cache_write: int = 0,
-        cost_usd: float | None = None,
-        cost_source: UsageCostSource | None = None,
-    ) -> SessionNode:
+    async def record_usage(self, session_key: str, **fields: Unpack[UsageFields]) -> SessionNode:
         """Add a turn's usage to the session's counters, atomically, and return the row.
 
-        One ``UPDATE`` of increments (concurrent calls all count), fenced on the generation
-        this manager last saw for the key, as an append is: after a reset it raises
+        Keywords (``models.usage.UsageFields``): ``input_tokens``, ``output_tokens``,
+        ``cache_read``, ``cache_write`` (0 each), ``cost_usd`` and ``cost_source``
+        (``None``). One ``UPDATE`` of increments (concurrent calls all count), fenced on the
+        generation this manager last saw for the key, as an append is: after a reset it raises
         ``StaleEpochError`` and adds nothing (the usage is not moved into the new
         conversation). ``total_tokens`` grows by ``input_tokens + output_tokens``; a cost
         needs its ``cost_source``: ``"provider_billed"`` (adds to ``billed_cost_usd``),
@@ -187,14 +179,7 @@ class SessionCalls:
         once two kinds were recorded (docs/semantics.md#usage-counters). Every argument is
         checked first (``InvalidInputError``, nothing written), and so is the room left in
         each counter."""
-        checked = check_usage(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cache_read=cache_read,
-            cache_write=cache_write,
-            cost_usd=cost_usd,
-            cost_source=cost_source,
-        )
+        checked = check_usage(fields)
         key = canonicalize_session_key(session_key)
         return await usage.record_usage(
             self._storage.uow, self._generations, key, checked, now_ms()

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, TypedDict, get_args
 
 from ..errors import InvalidInputError
-from .checks import INT64_MAX, check_integer, describe
+from .checks import INT64_MAX, check_integer, describe, refuse_unknown_fields
 
 UsageCostSource = Literal["provider_billed", "opensquilla_estimate", "unavailable"]
 USAGE_COST_SOURCES: tuple[str, ...] = get_args(UsageCostSource)
@@ -39,6 +40,19 @@ COST_COMPONENT: dict[str, str] = {
 }
 FLOAT_MAX = sys.float_info.max
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read", "cache_write")
+
+
+class UsageFields(TypedDict, total=False):
+    """The keyword arguments of ``record_usage``, declared once (``Unpack[UsageFields]``):
+    the token counts of :data:`TOKEN_FIELDS` (0 each unless given), ``cost_usd`` and its
+    ``cost_source`` (``None`` unless given)."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read: int
+    cache_write: int
+    cost_usd: float | None
+    cost_source: UsageCostSource | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,24 +133,14 @@ def _cost(value: object) -> float:
     return value + 0.0  # -0.0 is stored as 0.0
 
 
-def check_usage(
-    *,
-    input_tokens: object,
-    output_tokens: object,
-    cache_read: object,
-    cache_write: object,
-    cost_usd: object,
-    cost_source: object,
-) -> CheckedUsage:
-    """The arguments of ``record_usage`` as :class:`CheckedUsage`, or ``InvalidInputError``
-    naming the argument (nothing is read or written before)."""
-    tokens = {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cache_read": cache_read,
-        "cache_write": cache_write,
-    }
-    counts = {name: check_integer(name, value) for name, value in tokens.items()}
+def check_usage(fields: Mapping[str, object]) -> CheckedUsage:
+    """The keyword arguments of ``record_usage`` (:class:`UsageFields`) as
+    :class:`CheckedUsage`, or ``InvalidInputError`` naming the argument (an undeclared one:
+    ``TypeError``; nothing is read or written before)."""
+    refuse_unknown_fields("record_usage", fields, UsageFields)
+    counts = {name: check_integer(name, fields.get(name, 0)) for name in TOKEN_FIELDS}
+    cost_usd = fields.get("cost_usd")
+    cost_source = fields.get("cost_source")
     if counts["input_tokens"] + counts["output_tokens"] > INT64_MAX:
         raise InvalidInputError(
             f"input_tokens + output_tokens would take total_tokens past {INT64_MAX}, the "
@@ -178,5 +182,6 @@ __all__ = [
     "USAGE_COST_SOURCES",
     "CheckedUsage",
     "UsageCostSource",
+    "UsageFields",
     "check_usage",
 ]

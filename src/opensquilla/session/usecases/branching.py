@@ -226,24 +226,15 @@ async def _fill(
         raise SessionExistsError(f"Session already exists: {child.session_key}")
     if not copy:
         return
-    target = {"target_session_id": child.session_id, "target_session_key": child.session_key}
     # Each copy is one INSERT ... SELECT from the parent's key into the child's: under
     # distribution a statement across two shards (the coordinator pulls the source rows),
     # the transaction committed on both by two-phase commit (docs/scaling.md).
-    source = {"source_session_id": parent.session_id, "source_session_key": parent.session_key}
     if fork == "full":
-        await tx.transcript.copy_archive_to_session(**source, **target)
-    await tx.transcript.copy_to_session(before=position, **source, **target)
+        await tx.transcript.copy_archive_to_session(parent, child)
+    await tx.transcript.copy_to_session(parent, child, before=position)
     # The parent's current state, whole (also for a prefix fork), at revision 0
     # (docs/state.md#reset-and-fork).
-    await tx.session_states.copy_to_session(
-        source_session_key=parent.session_key,
-        source_session_id=parent.session_id,
-        now=child.created_at,
-        **target,
-    )
+    await tx.session_states.copy_to_session(parent, child, now=child.created_at)
     if fork == "full":
-        await tx.summaries.copy_to_session(
-            source_session_id=parent.session_id, source_session_key=parent.session_key, **target
-        )
-        await tx.states.copy_valid_to_session(source_session_key=parent.session_key, **target)
+        await tx.summaries.copy_to_session(parent, child)
+        await tx.states.copy_valid_to_session(parent, child)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from ..db.repos.states import StoredState
+from ..db.repos.states import SessionStateWrite, StateWrite, StoredState
 from ..db.uow import UnitOfWork
 from ..errors import InvalidInputError, SessionNotFoundError, StaleStateError
 from ..keys import CanonicalKey
@@ -57,25 +57,9 @@ def _shown(stored: StoredState | None, session_id: str | None) -> _Shown:
     )
 
 
-class _StateWrite(TypedDict):
-    """The keywords an update passes to either state repository's ``write``: the merged
-    state, its revision, the time, and the revision the compare-and-set expects stored."""
-
-    state: dict[str, object]
-    revision: int
-    now: int
-    stored_revision: int | None
-
-
-class _SessionStateWrite(_StateWrite):
-    """A session's state write: :class:`_StateWrite` and the generation it is for."""
-
-    session_id: str
-
-
 def _next(
     stored: StoredState | None, session_id: str | None, change: StateChange, target: str
-) -> _StateWrite:
+) -> StateWrite:
     """The write of an update over ``stored`` as generation ``session_id`` sees it
     (:func:`_visible`), after its checks: ``StaleStateError`` when the compare-and-set
     fails; the merged state no larger than :data:`MAX_STATE_BYTES`."""
@@ -89,7 +73,7 @@ def _next(
             f"the state of {target} would be larger than {MAX_STATE_BYTES} bytes as JSON; "
             "nothing was written"
         )
-    return _StateWrite(
+    return StateWrite(
         state=merged,
         revision=visible.revision + 1,
         now=now_ms(),
@@ -125,13 +109,11 @@ async def update_state(uow: UnitOfWork, key: CanonicalKey, change: StateChange) 
     delete) reads again, and ``expected_revision`` is checked against what it reads."""
     target = f"session {key!r}"
 
-    def next_write(found: tuple[str, StoredState | None] | None) -> _SessionStateWrite:
+    def next_write(found: tuple[str, StoredState | None] | None) -> SessionStateWrite:
         if found is None:
             raise SessionNotFoundError(f"Session not found: {key}; nothing was written")
         session_id, stored = found
-        return _SessionStateWrite(
-            session_id=session_id, **_next(stored, session_id, change, target)
-        )
+        return SessionStateWrite(session_id=session_id, **_next(stored, session_id, change, target))
 
     revision = await uow.update_session_state(key, next_write, tries=STATE_TRIES)
     if revision is not None:
@@ -170,7 +152,7 @@ async def update_scope_state(
     ``INSERT ... ON CONFLICT DO NOTHING``)."""
     target = scope_label(scope, scope_id)
 
-    def next_write(stored: StoredState | None) -> _StateWrite:
+    def next_write(stored: StoredState | None) -> StateWrite:
         return _next(stored, None, change, target)
 
     revision = await uow.update_scope_state(scope, scope_id, next_write, tries=STATE_TRIES)

@@ -11,7 +11,7 @@ from ...models.records import ContextStateFilter, StateSelection
 from ..rows import select_rows, to_models, values_of
 from ..sql import copy_rows
 from ..tables import session_context_states as states
-from .repository import Repository
+from .repository import Generation, Repository
 
 ORDER = (states.c.created_at.asc(), states.c.id.asc())
 
@@ -73,18 +73,13 @@ class ContextStateRepository(Repository):
         result = await self.conn.execute(_invalidate(session_key, reason, selection))
         return int(result.rowcount)
 
-    async def copy_valid_to_session(
-        self,
-        *,
-        source_session_key: str,
-        target_session_id: str,
-        target_session_key: str,
-    ) -> int:
+    async def copy_valid_to_session(self, source: Generation, target: Generation) -> int:
+        """Copy the valid context states stored under ``source``'s key to ``target``."""
         stmt = copy_rows(
             states,
             states.c,
-            given={"session_id": target_session_id, "session_key": target_session_key},
-            where=(states.c.session_key == source_session_key, states.c.valid == true()),
+            given={"session_id": target.session_id, "session_key": target.session_key},
+            where=(states.c.session_key == source.session_key, states.c.valid == true()),
             order_by=ORDER,
         )
         return int((await self.conn.execute(stmt)).rowcount)

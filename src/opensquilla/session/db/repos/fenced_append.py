@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import (
     BigInteger,
@@ -45,6 +45,17 @@ from ...models.messages import defaulted_created_at
 from ..rows import values_of
 from ..tables import sessions
 from ..tables import transcript_entries as live
+
+
+class Fence(TypedDict):
+    """The fenced touch of one append or batch, declared once for every layer that passes
+    it on (``**fence: Unpack[Fence]``): the epoch the session row must still hold, its new
+    ``updated_at`` (``now``), and what ``total_tokens`` grows by."""
+
+    expected_epoch: int
+    now: int
+    token_delta: int
+
 
 INSERT_COLUMNS = [c for c in live.columns if c.name != "id"]
 _INSERT_NAMES = tuple(c.name for c in INSERT_COLUMNS)

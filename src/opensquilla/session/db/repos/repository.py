@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+class Generation(Protocol):
+    """One generation of a session as a copy between sessions addresses it, source or
+    target: its key and its id (a ``SessionNode`` is one)."""
+
+    @property
+    def session_key(self) -> str: ...
+
+    @property
+    def session_id(self) -> str: ...
 
 
 class Repository:

@@ -269,14 +269,6 @@ def _hit_columns(table: Table) -> list[ColumnElement[Any]]:
 
 
 def _hit(row: Any, snippet: str, archived: bool, rank: float | None) -> SearchHit:
-    return SearchHit(
-        id=row.id,
-        session_key=row.session_key,
-        session_id=row.session_id,
-        message_id=row.message_id,
-        role=row.role,
-        created_at=row.created_at,
-        snippet=snippet,
-        archived=archived,
-        rank=rank,
-    )
+    """The hit of a row read with :func:`_hit_columns`: its id and ``_HIT_COLUMNS``."""
+    columns = {name: row._mapping[name] for name in ("id", *_HIT_COLUMNS)}
+    return SearchHit(**columns, snippet=snippet, archived=archived, rank=rank)

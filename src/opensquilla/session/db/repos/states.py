@@ -6,7 +6,7 @@ reads and the conditional writes."""
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from sqlalchemy import (
     BigInteger,
@@ -27,12 +27,24 @@ from sqlalchemy import (
 from ..sql import insert_for, lock_key
 from ..tables import sessions
 from ..types import JSONText, loads_json_text
-from .repository import Repository
+from .repository import Generation, Repository
 
 # Not among the five tables: their own metadata, so export, import, retention and the drift
 # check (which compare the five) never see them, and a session row's upsert never writes the
 # state back from a stale read.
 _metadata = MetaData()
+
+
+def _state_columns() -> list[Column[Any]]:
+    """What a state row holds beside its key, in both tables: the JSON object, its
+    compare-and-set revision, and when it was last written (what :class:`StoredState`
+    reads)."""
+    return [
+        Column("state", JSONText, nullable=False),
+        Column("revision", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+    ]
+
 
 session_states = Table(
     "session_states",
@@ -41,9 +53,7 @@ session_states = Table(
     # The generation the state belongs to: a state row of another session id is not this
     # generation's (a reset or a re-creation under the key starts from an empty state).
     Column("session_id", Text, nullable=False),
-    Column("state", JSONText, nullable=False),
-    Column("revision", BigInteger, nullable=False),
-    Column("updated_at", BigInteger, nullable=False),
+    *_state_columns(),
 )
 
 scope_states = Table(
@@ -51,9 +61,7 @@ scope_states = Table(
     _metadata,
     Column("scope", Text, primary_key=True),
     Column("scope_id", Text, primary_key=True),
-    Column("state", JSONText, nullable=False),
-    Column("revision", BigInteger, nullable=False),
-    Column("updated_at", BigInteger, nullable=False),
+    *_state_columns(),
 )
 
 
@@ -65,6 +73,23 @@ class StoredState(NamedTuple):
     state: dict[str, Any]
     revision: int
     updated_at: int
+
+
+class StateWrite(TypedDict):
+    """One compare-and-set write of a state row, declared once for the layers passing it
+    on (``Unpack[StateWrite]``): the new state, its revision, the time, and the revision
+    the write expects stored (``None``: the first write, an insert)."""
+
+    state: dict[str, Any]
+    revision: int
+    now: int
+    stored_revision: int | None
+
+
+class SessionStateWrite(StateWrite):
+    """A session's state write: :class:`StateWrite` and the generation it is for."""
+
+    session_id: str
 
 
 _LOCK_PREFIX_SESSION = "session_states:"
@@ -185,35 +210,27 @@ def found_of_row(row: tuple[Any, ...] | None) -> tuple[str, StoredState | None] 
     return str(session_id), stored
 
 
+def _row_values(write: StateWrite) -> dict[str, Any]:
+    return {"state": write["state"], "revision": write["revision"], "updated_at": write["now"]}
+
+
 def session_state_write(
-    dialect_name: str,
-    session_key: str,
-    *,
-    session_id: str,
-    state: dict[str, Any],
-    revision: int,
-    now: int,
-    stored_revision: int | None,
+    dialect_name: str, session_key: str, **write: Unpack[SessionStateWrite]
 ) -> tuple[Any, dict[str, Any]]:
     """:meth:`SessionStateRepository.write`'s statement and parameters."""
-    values = {"session_id": session_id, "state": state, "revision": revision, "updated_at": now}
+    values = {"session_id": write["session_id"], **_row_values(write)}
     key = {"session_key": session_key}
-    return write_statement(dialect_name, session_states, key, values, stored_revision)
+    return write_statement(dialect_name, session_states, key, values, write["stored_revision"])
 
 
 def scope_state_write(
-    dialect_name: str,
-    scope: str,
-    scope_id: str,
-    *,
-    state: dict[str, Any],
-    revision: int,
-    now: int,
-    stored_revision: int | None,
+    dialect_name: str, scope: str, scope_id: str, **write: Unpack[StateWrite]
 ) -> tuple[Any, dict[str, Any]]:
+    """:meth:`ScopeStateRepository.write`'s statement and parameters."""
     key = {"scope": scope, "scope_id": scope_id}
-    values = {"state": state, "revision": revision, "updated_at": now}
-    return write_statement(dialect_name, scope_states, key, values, stored_revision)
+    return write_statement(
+        dialect_name, scope_states, key, _row_values(write), write["stored_revision"]
+    )
 
 
 class SessionStateRepository(Repository):
@@ -238,29 +255,12 @@ class SessionStateRepository(Repository):
             return None
         return str(row.session_id), _stored(row, row.state_session_id)
 
-    async def write(
-        self,
-        session_key: str,
-        *,
-        session_id: str,
-        state: dict[str, Any],
-        revision: int,
-        now: int,
-        stored_revision: int | None,
-    ) -> bool:
+    async def write(self, session_key: str, **write: Unpack[SessionStateWrite]) -> bool:
         """Store ``state`` at ``revision`` for generation ``session_id``: a new row when
         ``stored_revision`` is ``None``, else the row while it is still at
         ``stored_revision`` (the compare-and-set in the statement itself). ``False``:
         nothing written (another writer's row, or its revision moved)."""
-        stmt, params = session_state_write(
-            self.conn.dialect.name,
-            session_key,
-            session_id=session_id,
-            state=state,
-            revision=revision,
-            now=now,
-            stored_revision=stored_revision,
-        )
+        stmt, params = session_state_write(self.conn.dialect.name, session_key, **write)
         return bool((await self.conn.execute(stmt, params)).rowcount)
 
     async def restart(
@@ -292,32 +292,24 @@ class SessionStateRepository(Repository):
             },
         )
 
-    async def copy_to_session(
-        self,
-        *,
-        source_session_key: str,
-        source_session_id: str,
-        target_session_key: str,
-        target_session_id: str,
-        now: int,
-    ) -> int:
+    async def copy_to_session(self, source: Generation, target: Generation, *, now: int) -> int:
         """A fork's copy: the source generation's state (if any) as the target's, at
         revision 0 (a row an older session left under the target key is replaced)."""
         await self.conn.execute(
-            delete(session_states).where(session_states.c.session_key == target_session_key)
+            delete(session_states).where(session_states.c.session_key == target.session_key)
         )
-        source = select(
-            literal(target_session_key, type_=Text),
-            literal(target_session_id, type_=Text),
+        copied = select(
+            literal(target.session_key, type_=Text),
+            literal(target.session_id, type_=Text),
             session_states.c.state,
             literal(0, type_=BigInteger),
             literal(now, type_=BigInteger),
         ).where(
-            session_states.c.session_key == source_session_key,
-            session_states.c.session_id == source_session_id,
+            session_states.c.session_key == source.session_key,
+            session_states.c.session_id == source.session_id,
         )
         stmt = session_states.insert().from_select(
-            ["session_key", "session_id", "state", "revision", "updated_at"], source
+            ["session_key", "session_id", "state", "revision", "updated_at"], copied
         )
         return int((await self.conn.execute(stmt)).rowcount)
 
@@ -341,24 +333,7 @@ class ScopeStateRepository(Repository):
         ).where(scope_states.c.scope == scope, scope_states.c.scope_id == scope_id)
         return _stored((await self.conn.execute(query)).first(), None)
 
-    async def write(
-        self,
-        scope: str,
-        scope_id: str,
-        *,
-        state: dict[str, Any],
-        revision: int,
-        now: int,
-        stored_revision: int | None,
-    ) -> bool:
+    async def write(self, scope: str, scope_id: str, **write: Unpack[StateWrite]) -> bool:
         """As :meth:`SessionStateRepository.write`, for a scope's row."""
-        stmt, params = scope_state_write(
-            self.conn.dialect.name,
-            scope,
-            scope_id,
-            state=state,
-            revision=revision,
-            now=now,
-            stored_revision=stored_revision,
-        )
+        stmt, params = scope_state_write(self.conn.dialect.name, scope, scope_id, **write)
         return bool((await self.conn.execute(stmt, params)).rowcount)

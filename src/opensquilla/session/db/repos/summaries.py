@@ -12,7 +12,7 @@ from ..routing import cross_session
 from ..rows import read_columns, select_rows, to_model, to_models, values_of
 from ..sql import copy_rows, lock_key
 from ..tables import session_summaries as summaries
-from .repository import Repository
+from .repository import Generation, Repository
 
 ORDER = (summaries.c.compaction_index.asc(), summaries.c.id.asc())
 DEGRADED_STATUSES = ("degraded_forensic", "failed_retryable")
@@ -76,21 +76,15 @@ class SummaryRepository(Repository):
         )
         return [int(n or 0) for n in (await self.conn.execute(query)).scalars()]
 
-    async def copy_to_session(
-        self,
-        *,
-        source_session_id: str,
-        source_session_key: str,
-        target_session_id: str,
-        target_session_key: str,
-    ) -> int:
-        """Copy every summary, metadata intact, re-indexed from 0 in the original order."""
-        await lock_key(self.conn, target_session_id)
+    async def copy_to_session(self, source: Generation, target: Generation) -> int:
+        """Copy every summary of ``source`` to ``target``, metadata intact, re-indexed from 0
+        in the original order."""
+        await lock_key(self.conn, target.session_id)
         base = (
             select(func.coalesce(func.max(summaries.c.compaction_index), -1).label("base"))
             .where(
-                summaries.c.session_key == target_session_key,
-                summaries.c.session_id == target_session_id,
+                summaries.c.session_key == target.session_key,
+                summaries.c.session_id == target.session_id,
             )
             .scalar_subquery()
         )
@@ -98,11 +92,11 @@ class SummaryRepository(Repository):
         stmt = copy_rows(
             summaries,
             summaries.c,
-            given={"session_id": target_session_id, "session_key": target_session_key},
+            given={"session_id": target.session_id, "session_key": target.session_key},
             computed={"compaction_index": base + position},
             where=(
-                summaries.c.session_key == source_session_key,
-                summaries.c.session_id == source_session_id,
+                summaries.c.session_key == source.session_key,
+                summaries.c.session_id == source.session_id,
             ),
         )
         return int((await self.conn.execute(stmt)).rowcount)

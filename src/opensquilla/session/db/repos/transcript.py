@@ -34,11 +34,11 @@ from ..rows import (
     to_models,
     values_of,
 )
-from ..sql import copy_rows, new_uuid
+from ..sql import copy_rows, new_uuid, window_binds
 from ..tables import compacted_transcript_entries as archive
 from ..tables import session_summaries as summaries
 from ..tables import transcript_entries as live
-from .repository import Repository
+from .repository import Generation, Repository
 from .transcript_batches import TranscriptBatches
 from .transcript_lines import TranscriptLineReads
 from .transcript_reads import LIVE_ORDER, TranscriptReads, canonical_query
@@ -56,21 +56,19 @@ def _page(query: Select[Any], limit: int | None, offset: int) -> Select[Any]:
 @functools.cache
 def _live_tail(dialect_name: str, bounded: bool) -> Select[Any]:
     """The statement of :meth:`TranscriptRepository.live_tail` (built once per shape: the
-    per-turn reads bind their values); binds ``session_key``, ``session_id``, ``tail_limit`` and,
-    ``bounded``,
-    ``before_created_at`` and ``before_id``."""
+    per-turn reads bind their values); binds those of :func:`window_binds`."""
     query = select(*read_columns(live, dialect_name)).where(
         live.c.session_key == bindparam("session_key"),
         live.c.session_id == bindparam("session_id"),
     )
     if bounded:
         bound = tuple_(
-            bindparam("before_created_at", type_=BigInteger),
-            bindparam("before_id", type_=BigInteger),
+            bindparam("position_created_at", type_=BigInteger),
+            bindparam("position_id", type_=BigInteger),
         )
         query = query.where(tuple_(live.c.created_at, live.c.id) < bound)
     return query.order_by(live.c.created_at.desc(), live.c.id.desc()).limit(
-        bindparam("tail_limit", type_=BigInteger)
+        bindparam("window_limit", type_=BigInteger)
     )
 
 
@@ -108,13 +106,7 @@ class TranscriptRepository(
         """The newest ``limit`` live rows (before ``before`` = (created_at, id) if given),
         oldest first: a backward range scan of ``(session_id, created_at, id)``."""
         dialect = self.conn.dialect.name
-        values: dict[str, Any] = {
-            "session_key": session_key,
-            "session_id": session_id,
-            "tail_limit": limit,
-        }
-        if before is not None:
-            values["before_created_at"], values["before_id"] = before
+        values = window_binds(session_key, session_id, limit, before)
         query = _live_tail(dialect, before is not None)
         rows = to_models(TranscriptEntry, dialect, await self.conn.execute(query, values))
         rows.reverse()
@@ -188,15 +180,10 @@ class TranscriptRepository(
         return int((await self.conn.execute(query)).scalar_one())
 
     async def copy_to_session(
-        self,
-        *,
-        source_session_id: str,
-        source_session_key: str,
-        target_session_id: str,
-        target_session_key: str,
-        before: tuple[int, int] | None,
+        self, source: Generation, target: Generation, *, before: tuple[int, int] | None
     ) -> int:
-        """Copy transcript rows into another session's live transcript with one statement.
+        """Copy transcript rows of ``source`` into ``target``'s live transcript with one
+        statement.
 
         ``before=None`` copies the source's live rows; otherwise the canonical rows (archive
         included) strictly before that position. Copies get new ids (in order) and fresh
@@ -207,13 +194,13 @@ class TranscriptRepository(
             rows = (
                 select(*(live.c[name] for name in TRANSCRIPT_COLUMNS))
                 .where(
-                    live.c.session_key == source_session_key,
-                    live.c.session_id == source_session_id,
+                    live.c.session_key == source.session_key,
+                    live.c.session_id == source.session_id,
                 )
                 .subquery("source")
             )
         else:
-            merged = canonical_query(source_session_key, source_session_id, self.conn.dialect.name)
+            merged = canonical_query(source.session_key, source.session_id, self.conn.dialect.name)
             rows = (
                 select(merged)
                 .where(tuple_(merged.c.created_at, merged.c.id) < tuple_(*before))
@@ -222,29 +209,22 @@ class TranscriptRepository(
         stmt = copy_rows(
             live,
             rows.c,
-            given={"session_id": target_session_id, "session_key": target_session_key},
+            given={"session_id": target.session_id, "session_key": target.session_key},
             computed={"message_id": new_uuid(self.conn.dialect)},
             order_by=(rows.c.created_at.asc(), rows.c.id.asc()),
         )
         return int((await self.conn.execute(stmt)).rowcount)
 
-    async def copy_archive_to_session(
-        self,
-        *,
-        source_session_id: str,
-        source_session_key: str,
-        target_session_id: str,
-        target_session_key: str,
-    ) -> int:
-        """Copy the whole compacted archive; every column but the owner and row id is kept
-        (the source read by its key)."""
+    async def copy_archive_to_session(self, source: Generation, target: Generation) -> int:
+        """Copy ``source``'s whole compacted archive to ``target``; every column but the
+        owner and row id is kept (the source read by its key)."""
         stmt = copy_rows(
             archive,
             archive.c,
-            given={"session_id": target_session_id, "session_key": target_session_key},
+            given={"session_id": target.session_id, "session_key": target.session_key},
             where=(
-                archive.c.session_key == source_session_key,
-                archive.c.session_id == source_session_id,
+                archive.c.session_key == source.session_key,
+                archive.c.session_id == source.session_id,
             ),
             order_by=(archive.c.id.asc(),),
         )

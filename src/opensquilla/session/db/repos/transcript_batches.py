@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Required, Unpack
 
 from sqlalchemy import (
     ColumnElement,
@@ -41,6 +41,7 @@ from .fenced_append import (
     _TOUCH_WITH_TOKENS,
     INSERT_COLUMNS,
     NEWEST_LIVE,
+    Fence,
     _refuse_overflow,
     contended,
     newest_live_params,
@@ -51,6 +52,16 @@ from .fenced_append import (
 # SQLite before 3.32 allows 999 per statement).
 CHUNK_ROWS = 500 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999 // len(INSERT_COLUMNS)
 CONTENDED_TRIES = 1000
+
+
+class BatchOptions(Fence, total=False):
+    """What :func:`append_batch` takes beside the entries, declared once for the layers
+    passing it on: the :class:`Fence` and how the batch runs (``returning``,
+    ``ends_transaction``, ``through_view``: see :func:`append_batch`)."""
+
+    returning: Required[bool]
+    ends_transaction: bool
+    through_view: bool
 
 
 def append_batch(
@@ -219,27 +230,10 @@ class TranscriptBatches:
     conn: AsyncConnection
 
     async def append_batch(
-        self,
-        entries: Sequence[TranscriptEntry],
-        *,
-        expected_epoch: int,
-        now: int,
-        token_delta: int,
-        returning: bool,
-        ends_transaction: bool = False,
-        through_view: bool = False,
+        self, entries: Sequence[TranscriptEntry], **options: Unpack[BatchOptions]
     ) -> list[tuple[int, int]] | None:
         """:func:`append_batch` on this connection (one crossing into the greenlet)."""
-        return await self.conn.run_sync(
-            append_batch,
-            entries,
-            expected_epoch=expected_epoch,
-            now=now,
-            token_delta=token_delta,
-            returning=returning,
-            ends_transaction=ends_transaction,
-            through_view=through_view,
-        )
+        return await self.conn.run_sync(append_batch, entries, **options)
 
     async def rows_of(self, statement: Any, params: dict[str, Any]) -> list[Any]:
         """Every row ``statement`` returns with ``params`` (a batch's one statement)."""
@@ -293,6 +287,7 @@ class TranscriptBatches:
 
 __all__ = [
     "CHUNK_ROWS",
+    "BatchOptions",
     "TranscriptBatches",
     "any_live_statement",
     "append_batch",

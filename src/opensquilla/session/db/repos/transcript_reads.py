@@ -44,7 +44,7 @@ from ...models import (
 )
 from ..routing import cross_session
 from ..rows import TRANSCRIPT_COLUMNS, read_columns, to_models
-from ..sql import chunks, is_postgres
+from ..sql import chunks, is_postgres, window_binds
 from ..tables import compacted_transcript_entries as archive
 from ..tables import session_summaries as summaries
 from ..tables import sessions
@@ -208,13 +208,7 @@ class TranscriptReads:
         sorts ``NULL``.
         """
         dialect = self.conn.dialect.name
-        values: dict[str, Any] = {
-            "session_key": session_key,
-            "session_id": session_id,
-            "window_limit": limit,
-        }
-        if position is not None:
-            values["position_created_at"], values["position_id"] = position
+        values = window_binds(session_key, session_id, limit, position)
         query = _canonical_window(dialect, forward, position is not None)
         return to_models(TranscriptEntry, dialect, await self.conn.execute(query, values))
 
@@ -279,8 +273,7 @@ def _named_positions(count: int) -> Select[Any]:
 @functools.cache
 def _canonical_window(dialect_name: str, forward: bool, bounded: bool) -> Select[Any]:
     """The statement of :meth:`TranscriptReads.canonical_window` for one shape; binds
-    ``session_key``, ``session_id``, ``window_limit`` and, ``bounded``,
-    ``position_created_at`` and ``position_id``."""
+    those of :func:`window_binds`."""
     session_key: BindParameter[str] = bindparam("session_key")
     session_id: BindParameter[str] = bindparam("session_id")
     limit = bindparam("window_limit", type_=BigInteger)

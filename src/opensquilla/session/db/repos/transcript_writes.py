@@ -7,7 +7,7 @@ single-message operations (docs/semantics.md#message-id). Mixed into
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import delete, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -23,6 +23,7 @@ from .fenced_append import (
     INSERT_COLUMNS,
     INSERT_ENTRY,
     NEWEST_LIVE,
+    Fence,
     append_and_touch,
     bound_row,
     floored,
@@ -37,23 +38,12 @@ class TranscriptWrites:
     conn: AsyncConnection
 
     async def append_and_touch(
-        self,
-        entry: TranscriptEntry,
-        *,
-        expected_epoch: int,
-        now: int,
-        token_delta: int,
+        self, entry: TranscriptEntry, **fence: Unpack[Fence]
     ) -> tuple[int, int] | None:
         """The manager's append in three statements, inside the caller's write transaction
         (see ``append_and_touch``; the one-statement append is ``uow.append_in_one_statement``):
         ``(id, created_at)`` of the new row as stored, or ``None`` when the fence refused."""
-        return await self.conn.run_sync(
-            append_and_touch,
-            entry,
-            expected_epoch=expected_epoch,
-            now=now,
-            token_delta=token_delta,
-        )
+        return await self.conn.run_sync(append_and_touch, entry, **fence)
 
     async def has_append_view(self) -> bool:
         """SQLite: whether the ``transcript_appends`` view (revision 0008) is there."""
@@ -117,17 +107,11 @@ class TranscriptWrites:
             entry.id = await self.insert(entry)
 
     async def upsert_and_touch(
-        self, entry: TranscriptEntry, *, expected_epoch: int, now: int, token_delta: int
+        self, entry: TranscriptEntry, **fence: Unpack[Fence]
     ) -> tuple[int, int, bool] | None:
         """The append by message id (see ``upsert_and_touch``): ``(id, created_at,
         inserted)`` of the row, or ``None`` when the fence refused."""
-        return await self.conn.run_sync(
-            upsert_and_touch,
-            entry,
-            expected_epoch=expected_epoch,
-            now=now,
-            token_delta=token_delta,
-        )
+        return await self.conn.run_sync(upsert_and_touch, entry, **fence)
 
     async def delete_live_message(
         self, session_id: str, message_id: str, *, session_key: str
