@@ -40,10 +40,6 @@ EXPECTED_INDEXES: dict[str, dict[str, tuple[list[str], bool]]] = {
         "idx_transcript_session_id": (["session_id"], False),
         "idx_transcript_session_key": (["session_key"], False),
         "idx_transcript_session_cursor": (["session_id", "created_at", "id"], False),
-        "idx_transcript_session_key_cursor": (
-            ["session_key", "session_id", "created_at", "id"],
-            False,
-        ),
     },
     "compacted_transcript_entries": {
         "idx_compacted_transcript_session_id": (["session_id"], False),

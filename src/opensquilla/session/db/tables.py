@@ -186,9 +186,6 @@ class TranscriptRow(_SessionOwnedColumns, _MessageColumns, Base):
         Index("idx_transcript_session_id", "session_id"),
         Index("idx_transcript_session_key", "session_key"),
         Index("idx_transcript_session_cursor", "session_id", "created_at", "id"),
-        # Revision 0011: one session's live rows in transcript order, by the key and the
-        # generation every such statement carries (the order floor, pops, tails, pages).
-        Index("idx_transcript_session_key_cursor", "session_key", "session_id", "created_at", "id"),
         {"sqlite_autoincrement": True},
     )
 

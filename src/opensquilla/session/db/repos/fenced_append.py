@@ -121,19 +121,15 @@ _PG_TOUCH_WITH_TOKENS = (
 
 def newest_live(session_key: ColumnElement[Any], session_id: ColumnElement[Any]) -> Any:
     """The newest live ``created_at`` of a generation (``NULL`` for none), as a scalar
-    subquery: the order floor (docs/semantics.md#order), by the key
-    (docs/scaling.md#keys-and-statements) on one session's partition or shard.
+    subquery: the order floor (docs/semantics.md#order), answered by the cursor index, and
+    by the key (docs/scaling.md#keys-and-statements) on one session's partition or shard.
 
-    The last row in ``created_at`` order: one entry read from the end of the generation's
-    range of ``idx_transcript_session_key_cursor`` (revision 0011: ``session_key,
-    session_id, created_at, id``), both predicates in the index condition, whatever the
-    planner's statistics say (tests/storage/test_floor_plan.py). Before it, PostgreSQL
-    with statistics that did not know the session's size combined the key's index and the
-    cursor index ``(session_id, created_at, id)`` in a bitmap and sorted every row of the
-    generation (O(n) per append). Not ``max(created_at)``: on a database without the new
-    index (dropped; ``db check`` reports it) SQLite answers a ``max()`` from the end of an
-    index only when the index covers every predicate, which the cursor index does not,
-    while this form still walks the cursor index backwards and stops at the first row."""
+    The last row in ``created_at`` order, not ``max(created_at)``: SQLite answers a
+    ``max()`` from the end of an index only when the index covers every predicate, and the
+    cursor index ``(session_id, created_at, id)`` does not hold ``session_key``, so the
+    ``max()`` read each of the generation's rows (O(n); 0.9 ms at 100,000 entries). The
+    index walked backwards stops at the first row, whose key the predicate then checks
+    (PostgreSQL plans both forms as that backward scan)."""
     return (
         select(live.c.created_at)
         .where(live.c.session_key == session_key, live.c.session_id == session_id)

@@ -104,8 +104,7 @@ class TranscriptRepository(
         before: tuple[int, int] | None = None,
     ) -> list[TranscriptEntry]:
         """The newest ``limit`` live rows (before ``before`` = (created_at, id) if given),
-        oldest first: a backward range scan of ``idx_transcript_session_key_cursor``
-        (``session_key, session_id, created_at, id``)."""
+        oldest first: a backward range scan of ``(session_id, created_at, id)``."""
         dialect = self.conn.dialect.name
         values = window_binds(session_key, session_id, limit, before)
         query = _live_tail(dialect, before is not None)

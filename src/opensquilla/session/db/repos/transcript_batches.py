@@ -211,25 +211,7 @@ def _newest_row(dialect: str) -> Any:
 
 @functools.cache
 def _delete_by_id(dialect: str) -> Any:
-    """The live row ``:row_id`` of ``:row_key``, deleted if its generation is the key's
-    current one: the session row (read ``FOR SHARE`` on PostgreSQL, as the pop's) is
-    checked for each row the key and id find, by a correlated ``EXISTS``. The live table
-    is read by ``(session_key, id)`` alone, its primary key's (PostgreSQL) or its row id
-    (SQLite): with the generation as ``session_id = (SELECT ...)`` beside them, a planner
-    that does not know the session's size (statistics never gathered) may read it through
-    ``idx_transcript_session_key_cursor`` instead, the id then tested against every entry
-    of the generation (O(n); tests/storage/test_floor_plan.py)."""
-    current = select(sessions.c.session_id).where(
-        sessions.c.session_key == bindparam("row_key"),
-        sessions.c.session_id == live.c.session_id,
-    )
-    if dialect == "postgresql":
-        current = current.with_for_update(read=True)
-    return delete(live).where(
-        live.c.session_key == bindparam("row_key"),
-        live.c.id == bindparam("row_id"),
-        exists(current),
-    )
+    return delete(live).where(live.c.id == bindparam("row_id"), *_of_current_generation(dialect))
 
 
 @functools.cache

@@ -152,7 +152,7 @@ class TranscriptLineReads:
     ) -> list[TranscriptLine]:
         """The live rows of ``session_id`` (stored under ``session_key``) as lines, oldest
         first; with ``limit``, the newest ``limit`` of them (a backward range scan of
-        ``idx_transcript_session_key_cursor``, reversed); ``metadata_only``: each line's
+        ``(session_id, created_at, id)``, reversed); ``metadata_only``: each line's
         ``id`` and ``metadata`` alone read, its other fields ``None``. One statement."""
         values: dict[str, Any] = {"session_key": session_key, "session_id": session_id}
         lines, _ = await self._read(values, limit, current=False, metadata_only=metadata_only)

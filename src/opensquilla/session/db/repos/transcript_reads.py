@@ -199,8 +199,7 @@ class TranscriptReads:
         ``forward``: the oldest rows after ``position`` (from the first row if ``None``),
         oldest first; otherwise the newest rows before ``position`` (from the last row if
         ``None``), newest first. ``position`` need not name a row. Each table is read on its
-        own cursor index (the live one's ``idx_transcript_session_key_cursor``, the
-        archive's ``(session_id, created_at, ...)``) as a range scan bounded to ``limit`` rows
+        own ``(session_id, created_at, id)`` index as a range scan bounded to ``limit`` rows
         in the travel direction; the two are merged, ordered and cut to ``limit``. One
         statement is one snapshot, so rows a concurrent compaction moves from the live table
         to the archive are seen exactly once. Archived rows without ``original_entry_id``
