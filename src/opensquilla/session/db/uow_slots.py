@@ -43,6 +43,35 @@ def pool_slots(engine: AsyncEngine) -> tuple[asyncio.Semaphore | None, float]:
     return asyncio.Semaphore(capacity), float(seconds)
 
 
+class _RunsToItsEnd(asyncio.Task[T]):
+    """The task of :func:`not_interrupted`'s statement: a cancellation does not interrupt
+    it. ``cancel()`` calls the caller's hook, passes the cancellation on to the statement
+    only when asked (``cancel_statement``), and answers ``False``: asyncio's ``Task.cancel``
+    of the task awaiting this one then defers its ``CancelledError`` until this one is done
+    (a waiter that refuses to be cancelled), which is what ``asyncio.shield`` was used for,
+    without its outer future and its two extra turns of the event loop."""
+
+    __slots__ = ("_on_cancel", "_pass_on")
+
+    def __init__(
+        self,
+        statement: Coroutine[Any, Any, T],
+        on_cancel: Callable[[], None] | None,
+        pass_on: bool,
+    ) -> None:
+        super().__init__(statement)
+        self._on_cancel = on_cancel
+        self._pass_on = pass_on
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self.done():
+            if self._on_cancel is not None:
+                self._on_cancel()
+            if self._pass_on:
+                super().cancel(msg)
+        return False
+
+
 async def not_interrupted(
     statement: Coroutine[Any, Any, T],
     on_cancel: Callable[[], None] | None = None,
@@ -61,22 +90,22 @@ async def not_interrupted(
     runs to its end and hands its connection back, and the caller still gets its
     ``CancelledError`` (the append may then have been written, as when a cancellation meets
     a COMMIT). Waiting for a slot (``UnitOfWork._pool_slot``) stays cancellable.
-    ``on_cancel`` is called when the cancellation arrives, before the wait (SQLite's
-    batch: its statement then runs to its end without its COMMIT). ``cancel_statement``:
-    the cancellation is passed on to the statement instead (PostgreSQL's batch: asyncpg
-    asks the server to cancel it, and the connection, its clean-up waited for, is thrown
-    away: ``direct_statement.pool_connection``), and then waited for."""
-    running = asyncio.ensure_future(statement)
+    ``on_cancel`` is called when the cancellation arrives (SQLite's batch: its statement
+    then runs to its end without its COMMIT). ``cancel_statement``: the cancellation is
+    passed on to the statement instead (PostgreSQL's batch: asyncpg asks the server to
+    cancel it, and the connection, its clean-up waited for, is thrown away:
+    ``direct_statement.pool_connection``), and then waited for. The statement runs in a
+    task of its own (:class:`_RunsToItsEnd`) whichever way it ends."""
+    running = _RunsToItsEnd(statement, on_cancel, cancel_statement)
     try:
-        return await asyncio.shield(running)
+        return await running
     except asyncio.CancelledError:
-        if cancel_statement:
-            running.cancel()
-        if on_cancel is not None:
-            on_cancel()
-        while not running.done():
+        # The caller's cancellation, raised once the statement is done (or the statement's
+        # own, when it was passed on): its outcome retrieved, the caller gets its
+        # cancellation, not the statement's error.
+        while not running.done():  # (not reached: asyncio wakes the caller only then)
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(running)
+                await asyncio.wait([running])
         if not running.cancelled():
-            running.exception()  # retrieved: the caller gets its cancellation, not this
+            running.exception()
         raise
