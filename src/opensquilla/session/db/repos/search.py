@@ -270,5 +270,6 @@ def _hit_columns(table: Table) -> list[ColumnElement[Any]]:
 
 def _hit(row: Any, snippet: str, archived: bool, rank: float | None) -> SearchHit:
     """The hit of a row read with :func:`_hit_columns`: its id and ``_HIT_COLUMNS``."""
-    columns = {name: row._mapping[name] for name in ("id", *_HIT_COLUMNS)}
+    mapping = row._mapping
+    columns = {name: mapping[name] for name in ("id", *_HIT_COLUMNS)}
     return SearchHit(**columns, snippet=snippet, archived=archived, rank=rank)
