@@ -58,6 +58,25 @@ def test_the_sync_storage_mirrors_the_async_storage_calls() -> None:
         ), name
 
 
+def test_the_sync_storage_reads_the_storage_s_values_through_with_their_types() -> None:
+    """The plain-value properties the facade declares (for type checkers) are read from the
+    async storage as they are, and declared with the types the storage's properties return."""
+    declared = inspect.get_annotations(SyncSessionStorage)
+    assert set(declared) == {
+        "target",
+        "backend",
+        "is_connected",
+        "recovered_archives",
+        "archive_store_tag",
+    }
+    for name, annotation in declared.items():
+        returned = inspect.getattr_static(SessionStorage, name).fget.__annotations__["return"]
+        assert annotation == returned, name
+    with SyncSessionStorage() as storage:
+        for name in declared:
+            assert getattr(storage, name) == getattr(storage.async_storage, name), name
+
+
 def _many_threads(database: str) -> dict[str, Any]:
     """Eight threads append to four sessions at once through one sync manager."""
     barrier = threading.Barrier(THREADS)

@@ -19,10 +19,14 @@ import inspect
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from .manager import SessionManager
 from .storage import SessionStorage, StorageNotConnectedError
+
+if TYPE_CHECKING:
+    from .db.dsn import StorageTarget
+    from .fs.reset_archive import RecoveredArchive
 
 T = TypeVar("T")
 
@@ -145,12 +149,11 @@ def _read_through(name: str, value: property) -> property:
     return property(read, doc=value.__doc__)
 
 
-def _mirror(
-    source: type, *, skip: frozenset[str] = frozenset(), values: tuple[str, ...] = ()
-) -> Callable[[type[T]], type[T]]:
+def _mirror(source: type, *, skip: frozenset[str] = frozenset()) -> Callable[[type[T]], type[T]]:
     """Give the decorated class a synchronous twin of every public method of ``source``
     (``skip`` and anything it defines itself excepted); static methods are shared as is;
-    the properties named in ``values`` are read through (:func:`_read_through`)."""
+    the properties the decorated class declares by annotation alone are read through
+    (:func:`_read_through`), so a type checker sees them with their types."""
 
     def decorate(cls: type[T]) -> type[T]:
         for name in dir(source):
@@ -161,7 +164,7 @@ def _mirror(
                 setattr(cls, name, raw)
             elif inspect.isfunction(raw):
                 setattr(cls, name, _blocking(name, raw))
-        for name in values:
+        for name in inspect.get_annotations(cls):
             setattr(cls, name, _read_through(name, inspect.getattr_static(source, name)))
         return cls
 
@@ -189,16 +192,21 @@ class _Facade:
 _STORAGE_LIFECYCLE = frozenset(
     {"connect", "connect_without_migrating", "close", "open", "from_engine"}
 )
-# Its properties the sync storage reads through: plain values (not the engine or the unit
-# of work, which belong to the loop).
-_STORAGE_VALUES = ("target", "backend", "is_connected", "recovered_archives", "archive_store_tag")
 
 
-@_mirror(SessionStorage, skip=_STORAGE_LIFECYCLE, values=_STORAGE_VALUES)
+@_mirror(SessionStorage, skip=_STORAGE_LIFECYCLE)
 class SyncSessionStorage(_Facade):
     """A connected :class:`SessionStorage` on its own event-loop thread, called
     synchronously. Takes what ``SessionStorage`` takes; connects (migrating to head) at
     construction; ``close()`` (or ``with``) disposes of it and stops the thread."""
+
+    # The storage's properties read through: plain values (not the engine or the unit of
+    # work, which belong to the loop), declared here with their types.
+    target: StorageTarget
+    backend: str
+    is_connected: bool
+    recovered_archives: tuple[RecoveredArchive, ...]
+    archive_store_tag: str
 
     def __init__(self, target: Any = ":memory:", **options: Any) -> None:
         self._async: SessionStorage = SessionStorage(target, **options)
