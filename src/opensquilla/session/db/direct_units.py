@@ -16,22 +16,11 @@ from .direct_statement import Plan, executed, isolation, pool_connection
 T = TypeVar("T")
 
 
-def all_rows(
-    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
-) -> list[tuple[Any, ...]]:
-    """As :func:`first_row`, every row (a list of tuples)."""
-    with (
-        pool_connection(engine) as fairy,
-        isolation(engine.dialect, fairy, isolation_level),
-        executed(engine, fairy, plan, params) as cursor,
-    ):
-        return [tuple(row) for row in cursor.fetchall()]
-
-
 def rows_and_keys(
     engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
 ) -> tuple[list[tuple[Any, ...]], tuple[str, ...]]:
-    """As :func:`all_rows`, with the rows' column names (for ``rows.models_of_rows``)."""
+    """As :func:`first_row`, every row (a list of tuples) and their column names (for
+    ``rows.models_of_rows``)."""
     with (
         pool_connection(engine) as fairy,
         isolation(engine.dialect, fairy, isolation_level),
@@ -39,6 +28,13 @@ def rows_and_keys(
     ):
         rows = [tuple(row) for row in cursor.fetchall()]
         return rows, tuple(column[0] for column in cursor.description)
+
+
+def all_rows(
+    engine: Engine, plan: Plan, params: Mapping[str, Any], *, isolation_level: str | None
+) -> list[tuple[Any, ...]]:
+    """:func:`rows_and_keys`' rows alone."""
+    return rows_and_keys(engine, plan, params, isolation_level=isolation_level)[0]
 
 
 def returned_or_probed(

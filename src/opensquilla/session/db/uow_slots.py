@@ -5,7 +5,6 @@ cancellation."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -100,12 +99,10 @@ async def not_interrupted(
     try:
         return await running
     except asyncio.CancelledError:
-        # The caller's cancellation, raised once the statement is done (or the statement's
-        # own, when it was passed on): its outcome retrieved, the caller gets its
-        # cancellation, not the statement's error.
-        while not running.done():  # (not reached: asyncio wakes the caller only then)
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([running])
+        # The caller's cancellation, raised only once the statement is done (its task never
+        # lets itself be cancelled in the caller's place), or the statement's own when it
+        # was passed on: its outcome retrieved, the caller gets its cancellation, not the
+        # statement's error.
         if not running.cancelled():
             running.exception()
         raise
