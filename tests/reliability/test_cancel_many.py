@@ -166,11 +166,18 @@ async def test_a_copy_that_loses_its_target_leaves_no_unretrieved_future(
                 await admin.close()
         return await real_children(self, bundle)
 
+    # asyncpg's SSL probe (sslmode=prefer, its default) leaves a future with an unretrieved
+    # ConnectionError when the server ends a connection the probe is opening: its
+    # TLSUpgradeProto's ``on_data``, nobody's to retrieve (1 run in 8 failed here; 0 in 12
+    # with the probe off). That is asyncpg's, not the copy's: the target is reached without it.
+    target = database
+    if is_postgres_target(database):
+        target += ("&" if "?" in database else "?") + "sslmode=disable"
     caplog.set_level(logging.WARNING)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(TransferStore, "insert", insert)
         patch.setattr(TransferRepository, "insert_children", insert_children)
-        async with SessionStorage(source) as src, SessionStorage(database) as dst:
+        async with SessionStorage(source) as src, SessionStorage(target) as dst:
             with pytest.raises(SessionStoreError, match="run the same copy again"):
                 await transfer.copy_sessions(src, dst, jobs=8, batch_size=16)
             assert dst.engine.pool.checkedout() == 0
